@@ -1,0 +1,149 @@
+"""One streaming pass of the FP32 model over calibration data, then every requested algorithm."""
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from onnx import TensorProto
+
+import calib
+from calib import cache as cachefmt
+from calib.algorithms import registry
+from calib.errors import DataError
+from calib.model import ModelInfo, inspect_model
+from calib.progress import bar
+from calib.stats import DEFAULT_BINS, HistogramCollector
+
+log = logging.getLogger(__name__)
+
+ALL_ALGORITHMS = ("minmax", "entropy", "percentile", "mse")
+_NP_OF = {TensorProto.FLOAT: np.float32, TensorProto.FLOAT16: np.float16, TensorProto.DOUBLE: np.float64,
+          TensorProto.UINT8: np.uint8, TensorProto.INT8: np.int8, TensorProto.INT64: np.int64,
+          TensorProto.INT32: np.int32}
+
+
+def check_batch(batch: dict, info: ModelInfo, label: str) -> None:
+    """Input name, rank, static dims and dtype of a batch against the model, before any pass starts."""
+    for name, shape, et in info.inputs:
+        if name not in batch:
+            raise DataError(f"{label}: no data for model input '{name}' (data gives {sorted(batch)})")
+        x = batch[name]
+        want = _NP_OF.get(et)
+        if want is not None and x.dtype != want:
+            raise DataError(f"{label}: input '{name}' is {x.dtype}, the model wants {np.dtype(want).name}")
+        if len(shape) != x.ndim or any(d is not None and d != s for d, s in zip(shape, x.shape)):
+            dims = ["?" if d is None else d for d in shape]
+            raise DataError(f"{label}: input '{name}' has shape {list(x.shape)}, the model wants {dims}")
+
+
+@dataclass
+class CalibrationResult:
+    info: ModelInfo
+    stats: HistogramCollector
+    amax: dict  # algorithm -> {tensor: amax}
+    params: dict  # algorithm -> parameters used
+    samples: int
+    fingerprint: str
+    seconds: dict = field(default_factory=dict)
+
+    def sidecar(self, algo: str, trt_version: str, carrier: str, extra: dict | None = None) -> cachefmt.Sidecar:
+        return cachefmt.Sidecar(algorithm=algo, params=self.params[algo], amax=self.amax[algo],
+                                model_sha256=self.info.sha256, data_fingerprint=self.fingerprint,
+                                calib_version=calib.__version__, trt_version=trt_version, carrier=carrier,
+                                samples=self.samples, extra=extra or {})
+
+    def write(self, out_dir: str | Path, trt_version: str = "8600", carrier: str = cachefmt.DEFAULT_CARRIER,
+              extra: dict | None = None) -> dict:
+        """Write <algo>.cache and <algo>.json for every algorithm; returns algorithm -> cache path."""
+        out = Path(out_dir)
+        paths = {}
+        for algo, amaxes in self.amax.items():
+            p = cachefmt.write_cache(out / f"{algo}.cache", amaxes, trt_version, carrier)
+            cachefmt.write_sidecar(p, self.sidecar(algo, trt_version, carrier, extra))
+            paths[algo] = p
+        return paths
+
+
+def collect(model_path: str | Path, source, micro_batch: int = 8, nbins: int = DEFAULT_BINS,
+            label: str = "calibration data", info: ModelInfo | None = None):
+    """Run the FP32 model over `source` once; returns (ModelInfo, HistogramCollector, samples, fingerprint)."""
+    from calib.runners.onnxruntime import OrtRunner
+
+    info = info or inspect_model(model_path)
+    runner = OrtRunner(model_path, expose=list(info.activations))
+    wanted = [n for n in info.activations if n in set(runner.tensor_names())]
+    inputs = [n for n, _, _ in info.inputs]
+    stats = HistogramCollector(nbins)
+    digest = hashlib.sha256()
+    samples = 0
+    total = len(source) if hasattr(source, "__len__") else None
+    with bar("calibrate", total=total) as pbar:
+        for bi, batch in enumerate(source):
+            if bi == 0:
+                check_batch(batch, info, label)
+            n = int(next(iter(batch.values())).shape[0])
+            for name in inputs:
+                x = np.ascontiguousarray(batch[name])
+                digest.update(f"{name}{x.shape}{x.dtype}".encode())
+                digest.update(x.data)
+            for lo in range(0, n, micro_batch):
+                part = {k: v[lo:lo + micro_batch] for k, v in batch.items()}
+                outs = runner.run(part, wanted)
+                for name in wanted:
+                    v = outs[name]
+                    if isinstance(v, np.ndarray) and v.dtype.kind == "f":
+                        stats.update(name, v)
+                del outs
+            samples += n
+            pbar.update(n)
+    if samples == 0:
+        raise DataError(f"{label}: no samples")
+    return info, stats, samples, digest.hexdigest()
+
+
+def compute_all(stats: HistogramCollector, tensors, algorithms, params: dict | None = None):
+    params = params or {}
+    amax, used, secs = {}, {}, {}
+    for algo in algorithms:
+        p = registry.check_params(algo, params.get(algo, {}))
+        fn = registry.get(algo)
+        t0 = time.perf_counter()
+        amax[algo] = {t: fn(stats.histogram(t), **p) for t in tensors if t in stats.hists}
+        secs[algo] = time.perf_counter() - t0
+        used[algo] = p
+    return amax, used, secs
+
+
+def calibrate(model: str | Path, data, algorithms=ALL_ALGORITHMS, params: dict | None = None,
+              batch_size: int = 8, preprocess: str = "none", out: str | Path | None = None,
+              trt_version: str = "8600", carrier: str = cachefmt.DEFAULT_CARRIER,
+              micro_batch: int = 8) -> CalibrationResult:
+    """Calibrate `model` on `data` (a Source, an ndarray, or a .npy/.npz path) with every algorithm.
+
+    Returns a CalibrationResult; with `out`, also writes <algo>.cache and <algo>.json there."""
+    from calib.data.arrays import ArraySource, load_array
+
+    algorithms = [algorithms] if isinstance(algorithms, str) else list(algorithms)
+    for a in algorithms:
+        registry.get(a)
+    info = inspect_model(model)
+    label = "calibration data"
+    if isinstance(data, (str, Path)):
+        label = str(data)
+        data = load_array(data)
+    if isinstance(data, np.ndarray):
+        data = ArraySource(data, info.inputs[0][0], batch_size, preprocess, label=label)
+    t0 = time.perf_counter()
+    info, stats, samples, fp = collect(model, data, micro_batch=micro_batch, label=label, info=info)
+    t_pass = time.perf_counter() - t0
+    amax, used, secs = compute_all(stats, info.activations, algorithms, params)
+    secs["pass"] = t_pass
+    log.info("statistics pass: %d samples, %d tensors, %.1f s", samples, len(stats.hists), t_pass)
+    result = CalibrationResult(info, stats, amax, used, samples, fp, secs)
+    if out is not None:
+        result.write(out, trt_version, carrier)
+    return result

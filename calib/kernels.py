@@ -1,0 +1,127 @@
+"""Compiled inner loops for the statistics pass (numba, parallel over the machine's cores)."""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+
+@njit(parallel=True, cache=True, nogil=True)
+def range_stats(flat, nchunks):
+    """Return (min, max, absmax, nonfinite) of a 1-D float array; non-finite values are skipped."""
+    n = flat.size
+    step = (n + nchunks - 1) // nchunks
+    mins = np.full(nchunks, np.inf)
+    maxs = np.full(nchunks, -np.inf)
+    bad = np.zeros(nchunks, np.int64)
+    for c in prange(nchunks):
+        lo = c * step
+        hi = min(n, lo + step)
+        mn = np.inf
+        mx = -np.inf
+        nb = 0
+        for i in range(lo, hi):
+            v = flat[i]
+            if v - v == 0.0:
+                mn = min(mn, v)
+                mx = max(mx, v)
+            else:
+                nb += 1
+        mins[c] = mn
+        maxs[c] = mx
+        bad[c] = nb
+    mn = mins.min()
+    mx = maxs.max()
+    return mn, mx, max(abs(mn), abs(mx)) if mn <= mx else 0.0, bad.sum()
+
+
+@njit(parallel=True, cache=True, nogil=True)
+def abs_histogram(flat, inv_width, nbins, nchunks):
+    """One pass: counts of floor(|x| * inv_width) plus (min, max, nonfinite, overflow).
+
+    Values at or past nbins bins are not counted but reported as overflow (the caller widens the bins and
+    counts again); non-finite values are skipped. Exact zeros (half of a Relu output) are counted in a
+    register and two interleaved sub-histograms keep repeated bins from serialising the increments."""
+    n = flat.size
+    step = (n + nchunks - 1) // nchunks
+    local = np.zeros((nchunks, 2, nbins), np.int64)
+    amaxs = np.zeros(nchunks)
+    mins = np.full(nchunks, np.inf)
+    maxs = np.full(nchunks, -np.inf)
+    zeros = np.zeros(nchunks, np.int64)
+    bad = np.zeros(nchunks, np.int64)
+    over = np.zeros(nchunks, np.int64)
+    top = np.float64(nbins)
+    for c in prange(nchunks):
+        lo = c * step
+        hi = min(n, lo + step)
+        mn = np.inf
+        mx = -np.inf
+        nz = 0
+        nb = 0
+        no = 0
+        h0 = local[c, 0]
+        h1 = local[c, 1]
+        for i in range(lo, hi):
+            x = flat[i]
+            if x == 0.0:
+                nz += 1
+                continue
+            v = abs(x) * inv_width
+            if v < top:
+                if i & 1:
+                    h1[int(v)] += 1
+                else:
+                    h0[int(v)] += 1
+            elif x - x == 0.0:
+                no += 1
+            else:
+                nb += 1
+                continue
+            mn = min(mn, x)
+            mx = max(mx, x)
+        if nz:
+            mn = min(mn, 0.0)
+            mx = max(mx, 0.0)
+        mins[c] = mn
+        maxs[c] = mx
+        zeros[c] = nz
+        bad[c] = nb
+        over[c] = no
+    out = local[0, 0] + local[0, 1]
+    for c in range(1, nchunks):
+        out += local[c, 0] + local[c, 1]
+    out[0] += zeros.sum()
+    return out, mins.min(), maxs.max(), bad.sum(), over.sum()
+
+
+@njit(parallel=True, cache=True, nogil=True)
+def abs_histogram_fast(flat, inv_width, nbins, nchunks):
+    """Counts of floor(|x| * inv_width) for data known to be finite with |x| * inv_width < nbins.
+
+    Branch-free inner loop over four interleaved sub-histograms (repeated bins, such as the zeros of a
+    Relu output, would otherwise serialise the increments)."""
+    n = flat.size
+    step = (n + nchunks - 1) // nchunks
+    local = np.zeros((nchunks, 4, nbins), np.int64)
+    for c in prange(nchunks):
+        lo = c * step
+        hi = min(n, lo + step)
+        h0 = local[c, 0]
+        h1 = local[c, 1]
+        h2 = local[c, 2]
+        h3 = local[c, 3]
+        i = lo
+        while i + 4 <= hi:
+            h0[int(abs(flat[i]) * inv_width)] += 1
+            h1[int(abs(flat[i + 1]) * inv_width)] += 1
+            h2[int(abs(flat[i + 2]) * inv_width)] += 1
+            h3[int(abs(flat[i + 3]) * inv_width)] += 1
+            i += 4
+        while i < hi:
+            h0[int(abs(flat[i]) * inv_width)] += 1
+            i += 1
+    out = np.zeros(nbins, np.int64)
+    for c in range(nchunks):
+        for k in range(4):
+            out += local[c, k]
+    return out

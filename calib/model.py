@@ -1,0 +1,98 @@
+"""ONNX model loading and the list of tensors that calibration needs."""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import onnx
+from onnx import TensorProto
+
+from calib.errors import ModelError
+from calib.io import sha256_file
+
+log = logging.getLogger(__name__)
+
+FLOAT_TYPES = {TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE, TensorProto.BFLOAT16}
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    path: Path
+    sha256: str
+    inputs: tuple[tuple[str, tuple, int], ...]  # (name, shape with None for dynamic, elem_type)
+    outputs: tuple[str, ...]
+    activations: tuple[str, ...]  # float graph inputs and node outputs, topological order
+    op_types: dict  # tensor name -> producing op type ("Input" for graph inputs)
+
+
+def load_model(path: str | Path) -> onnx.ModelProto:
+    path = Path(path)
+    if not path.is_file():
+        raise ModelError(f"{path}: model file not found")
+    try:
+        return onnx.load(str(path))
+    except Exception as exc:  # onnx raises DecodeError and others
+        raise ModelError(f"{path}: not a readable ONNX model ({exc.__class__.__name__}: {exc})") from None
+
+
+def _dims(value_info) -> tuple:
+    shape = value_info.type.tensor_type.shape
+    return tuple(d.dim_value if d.HasField("dim_value") else None for d in shape.dim)
+
+
+def _elem_types(model: onnx.ModelProto) -> dict[str, int]:
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model)
+    except Exception as exc:
+        log.warning("shape inference failed (%s); tensor types come from the graph only", exc)
+        inferred = model
+    g = inferred.graph
+    types = {}
+    for vi in list(g.input) + list(g.value_info) + list(g.output):
+        if vi.type.HasField("tensor_type"):
+            types[vi.name] = vi.type.tensor_type.elem_type
+    return types
+
+
+def inspect_model(path: str | Path) -> ModelInfo:
+    path = Path(path)
+    model = load_model(path)
+    g = model.graph
+    init = {t.name for t in g.initializer}
+    types = _elem_types(model)
+    inputs = tuple(
+        (vi.name, _dims(vi), vi.type.tensor_type.elem_type) for vi in g.input if vi.name not in init
+    )
+    acts: list[str] = []
+    ops: dict[str, str] = {}
+    for name, _, et in inputs:
+        if et in FLOAT_TYPES:
+            acts.append(name)
+            ops[name] = "Input"
+    for node in g.node:
+        if node.op_type == "Constant":
+            continue
+        for out in node.output:
+            if out and types.get(out, TensorProto.FLOAT) in FLOAT_TYPES and out not in ops:
+                acts.append(out)
+                ops[out] = node.op_type
+    return ModelInfo(
+        path=path,
+        sha256=sha256_file(path),
+        inputs=inputs,
+        outputs=tuple(o.name for o in g.output),
+        activations=tuple(acts),
+        op_types=ops,
+    )
+
+
+def with_outputs(model: onnx.ModelProto, names: list[str]) -> onnx.ModelProto:
+    """A copy of `model` whose graph outputs also include `names` (types left to the runtime)."""
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    present = {o.name for o in m.graph.output}
+    for n in names:
+        if n not in present:
+            m.graph.output.append(onnx.ValueInfoProto(name=n))
+    return m

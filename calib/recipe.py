@@ -1,0 +1,209 @@
+"""Recipes: YAML files loaded with yaml.safe_load into typed, frozen dataclasses.
+
+Every key is checked: an unknown or misspelt key, a wrong type or a missing file is a RecipeError naming the
+recipe file and the dotted key. Relative paths resolve against the recipe's folder. `overrides` (from
+`--set key=value`) replace any key before checking; values are parsed as YAML scalars/lists.
+"""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from calib.errors import RecipeError
+
+PATH = {"path": True}
+
+
+@dataclass(frozen=True)
+class DataSpec:
+    kind: str = field(metadata={"choices": ("folder", "coco", "yolo", "npy", "npz", "torchvision")})
+    path: str = field(default="", metadata=PATH)
+    annotations: str | None = field(default=None, metadata=PATH)  # COCO json
+    key: str | None = None  # array name inside an .npz
+    limit: int | None = None  # seeded random subset of this size
+    seed: int = 0
+    offset: int = 0  # skip this many samples (after shuffling) to keep calibration and evaluation apart
+    max_bad: float = 0.1  # share of unreadable images tolerated before the run fails
+    name: str | None = None  # torchvision dataset class name
+    split: str | None = None
+
+
+@dataclass(frozen=True)
+class PreprocessSpec:
+    resize: tuple[int, ...] | None = None  # one int: shorter side; two ints: (height, width)
+    mode: str = field(default="shorter", metadata={"choices": ("shorter", "exact", "letterbox")})
+    crop: tuple[int, ...] | None = None  # center crop (height, width) or one int
+    pad_value: int = 114
+    color: str = field(default="RGB", metadata={"choices": ("RGB", "BGR")})
+    scale: float = 1.0 / 255.0
+    mean: tuple[float, ...] = (0.0, 0.0, 0.0)
+    std: tuple[float, ...] = (1.0, 1.0, 1.0)
+    layout: str = field(default="NCHW", metadata={"choices": ("NCHW", "NHWC")})
+    dtype: str = field(default="float32", metadata={"choices": ("float32", "float16", "uint8")})
+
+
+@dataclass(frozen=True)
+class CalibrationSpec:
+    algorithms: tuple[str, ...] = ("minmax", "entropy", "percentile", "mse")
+    batch_size: int = 8
+    percentile: float = 99.99
+    trt_version: str = "8600"
+    carrier: str = field(default="EntropyCalibration2", metadata={
+        "choices": ("EntropyCalibration2", "EntropyCalibration", "MinMaxCalibration", "LegacyCalibration")})
+
+
+@dataclass(frozen=True)
+class DetectionSpec:
+    format: str = field(default="yolov3", metadata={"choices": ("yolov3", "yolov8")})
+    conf_threshold: float = 0.25
+    iou_threshold: float = 0.45
+    max_detections: int = 100
+    class_names: str | None = field(default=None, metadata=PATH)
+
+
+@dataclass(frozen=True)
+class EvaluationSpec:
+    task: str = field(default="outputs", metadata={"choices": ("classification", "detection", "outputs")})
+    batch_size: int = 8
+    detection: DetectionSpec = DetectionSpec()
+    histograms: int = 6  # tensors with a histogram plot in the report
+
+
+@dataclass(frozen=True)
+class Recipe:
+    name: str
+    model: str = field(metadata=PATH)  # a .onnx path or zoo:<name>
+    calibration_data: DataSpec
+    evaluation_data: DataSpec | None = None
+    preprocess: PreprocessSpec = PreprocessSpec()
+    calibration: CalibrationSpec = CalibrationSpec()
+    evaluation: EvaluationSpec = EvaluationSpec()
+    output: str = field(default="runs/out", metadata={"path": True, "output": True})
+    source: str = ""  # the recipe file, filled in by load_recipe
+
+
+class _Ctx:
+    def __init__(self, file: str, base: Path):
+        self.file = file
+        self.base = base
+
+    def fail(self, key: str, msg: str):
+        raise RecipeError(f"{self.file}: {key}: {msg}")
+
+
+def _type_name(tp) -> str:
+    return getattr(tp, "__name__", str(tp)).replace("typing.", "")
+
+
+def _convert(value, tp, key: str, ctx: _Ctx, meta):
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if value is None:
+            return None
+        return _convert(value, args[0], key, ctx, meta)
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(value, dict):
+            ctx.fail(key, f"expected a mapping of {tp.__name__} keys, got {type(value).__name__}")
+        return _build(tp, value, ctx, key)
+    if origin is tuple:
+        (inner, *_rest) = typing.get_args(tp)
+        items = value if isinstance(value, list) else [value]
+        return tuple(_convert(v, inner, f"{key}[{i}]", ctx, {}) for i, v in enumerate(items))
+    if tp is bool:
+        if not isinstance(value, bool):
+            ctx.fail(key, f"expected true or false, got {value!r}")
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            ctx.fail(key, f"expected an integer, got {value!r}")
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            ctx.fail(key, f"expected a number, got {value!r}")
+        return float(value)
+    if tp is str:
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and not meta.get("path"):
+            value = str(value)
+        if not isinstance(value, str):
+            ctx.fail(key, f"expected a string, got {value!r}")
+        if meta.get("path") and value and not value.startswith("zoo:"):
+            p = Path(value).expanduser()
+            p = p if p.is_absolute() else ctx.base / p
+            if not meta.get("output") and not p.exists():
+                ctx.fail(key, f"file not found: {p}")
+            return str(p)
+        return value
+    ctx.fail(key, f"unsupported type {_type_name(tp)}")
+
+
+def _build(cls, raw: dict, ctx: _Ctx, prefix: str = ""):
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.name != "source"}
+    for k in raw:
+        if k not in fields:
+            key = f"{prefix}.{k}" if prefix else str(k)
+            near = difflib.get_close_matches(str(k), list(fields), n=1)
+            hint = f" (did you mean '{near[0]}'?)" if near else f" (known: {', '.join(fields)})"
+            ctx.fail(key, f"unknown key{hint}")
+    values = {}
+    for name, f in fields.items():
+        key = f"{prefix}.{name}" if prefix else name
+        if name in raw:
+            values[name] = _convert(raw[name], hints[name], key, ctx, f.metadata)
+            choices = f.metadata.get("choices")
+            if choices and values[name] not in choices:
+                ctx.fail(key, f"'{values[name]}' is not one of {', '.join(choices)}")
+        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            ctx.fail(key, "required key is missing")
+        elif f.metadata.get("path") and isinstance(f.default, str):
+            values[name] = _convert(f.default, hints[name], key, ctx, f.metadata)
+    return cls(**values)
+
+
+def _apply_override(raw: dict, item: str, file: str) -> None:
+    if "=" not in item:
+        raise RecipeError(f"{file}: --set '{item}': expected key=value")
+    key, text = item.split("=", 1)
+    try:
+        value = yaml.safe_load(text) if text else ""
+    except yaml.YAMLError:
+        value = text
+    node = raw
+    parts = key.strip().split(".")
+    for p in parts[:-1]:
+        if not isinstance(node.get(p), dict):
+            node[p] = {} if node.get(p) is None else node[p]
+            if not isinstance(node[p], dict):
+                raise RecipeError(f"{file}: --set {key}: '{p}' is not a mapping")
+        node = node[p]
+    node[parts[-1]] = value
+
+
+def load_recipe(path: str | Path, overrides: typing.Sequence[str] = ()) -> Recipe:
+    path = Path(path)
+    if not path.is_file():
+        raise RecipeError(f"{path}: recipe file not found")
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark else ""
+        raise RecipeError(f"{path}:{where}: not valid YAML ({getattr(exc, 'problem', exc)})") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise RecipeError(f"{path}: cannot read recipe ({exc})") from None
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise RecipeError(f"{path}: a recipe is a mapping of keys, got {type(raw).__name__}")
+    raw.setdefault("name", path.stem)
+    for item in overrides:
+        _apply_override(raw, item, str(path))
+    recipe = _build(Recipe, raw, _Ctx(str(path), path.resolve().parent))
+    return dataclasses.replace(recipe, source=str(path))

@@ -1,0 +1,1 @@
+"""Runners execute a model and expose intermediate tensors (see DESIGN.md, Runner protocol)."""

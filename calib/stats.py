@@ -1,0 +1,138 @@
+"""Streaming, mergeable, bounded-memory statistics of every calibrated tensor.
+
+Each tensor keeps its exact min/max/absmax and a histogram of |x| with a fixed number of bins whose width is
+a power of two. When a larger value arrives the width doubles and neighbouring bins are summed, which is exact:
+the final histogram is the same whatever the batch size or order, and two collectors merge exactly.
+Memory per tensor is `nbins` int64 counts, independent of the number of samples.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+DEFAULT_BINS = 1 << 14
+
+
+def _exponent_for(absmax: float, nbins: int) -> int:
+    """Smallest e with nbins * 2**e > absmax (so absmax falls inside the last bins, not past them)."""
+    if absmax <= 0.0 or not math.isfinite(absmax):
+        return -149
+    m, e = math.frexp(absmax / nbins)  # absmax/nbins = m * 2**e, 0.5 <= m < 1
+    return e
+
+
+@dataclass
+class Histogram:
+    """Histogram of |x|: counts[i] holds values in [i*width, (i+1)*width)."""
+
+    counts: np.ndarray
+    width: float
+    absmax: float = 0.0
+    min: float = math.inf
+    max: float = -math.inf
+    count: int = 0
+    nonfinite: int = 0
+
+    @property
+    def nbins(self) -> int:
+        return int(self.counts.size)
+
+    @property
+    def edges(self) -> np.ndarray:
+        return np.arange(self.nbins + 1, dtype=np.float64) * self.width
+
+    def resample(self, nbins: int, top: float) -> np.ndarray:
+        """Counts re-binned into `nbins` equal bins over [0, top], splitting fine bins linearly.
+
+        Values above `top` are added to the last bin."""
+        cum = np.concatenate([[0.0], np.cumsum(self.counts, dtype=np.float64)])
+        targets = np.linspace(0.0, top, nbins + 1)
+        at = np.interp(targets, self.edges, cum)
+        at[-1] = cum[-1]
+        return np.diff(at)
+
+    def coarsen_to(self, width: float) -> None:
+        """Double the bin width until it equals `width` (a power-of-two multiple of the current one)."""
+        while self.width < width:
+            c = self.counts
+            self.counts = c.reshape(-1, 2).sum(axis=1)
+            self.counts = np.concatenate([self.counts, np.zeros(c.size // 2, np.int64)])
+            self.width *= 2.0
+
+    def merge(self, other: "Histogram") -> "Histogram":
+        if other.nbins != self.nbins:
+            raise ValueError("cannot merge histograms with different bin counts")
+        a = Histogram(self.counts.copy(), self.width, self.absmax, self.min, self.max, self.count, self.nonfinite)
+        b = Histogram(other.counts.copy(), other.width, other.absmax, other.min, other.max, other.count,
+                      other.nonfinite)
+        w = max(a.width, b.width)
+        a.coarsen_to(w)
+        b.coarsen_to(w)
+        a.counts += b.counts
+        a.absmax = max(a.absmax, b.absmax)
+        a.min = min(a.min, b.min)
+        a.max = max(a.max, b.max)
+        a.count += b.count
+        a.nonfinite += b.nonfinite
+        return a
+
+
+def _threads() -> int:
+    import numba
+
+    return max(1, numba.get_num_threads())
+
+
+@dataclass
+class HistogramCollector:
+    """Collects per-tensor statistics: update(name, array), merge(other), histogram(name)."""
+
+    nbins: int = DEFAULT_BINS
+    hists: dict = field(default_factory=dict)
+
+    def update(self, name: str, array: np.ndarray) -> None:
+        from calib.kernels import abs_histogram, abs_histogram_fast, range_stats
+
+        flat = np.ascontiguousarray(array).reshape(-1)
+        if flat.dtype != np.float32 and flat.dtype != np.float64:
+            flat = flat.astype(np.float32)
+        if flat.size == 0:
+            return
+        chunks = _threads() if flat.size > (1 << 16) else 1
+        mn, mx, amax, bad = range_stats(flat, chunks)
+        h = self.hists.get(name)
+        if h is None:
+            h = Histogram(np.zeros(self.nbins, np.int64), 2.0 ** _exponent_for(amax, self.nbins))
+            self.hists[name] = h
+        h.coarsen_to(2.0 ** _exponent_for(max(float(amax), h.absmax), self.nbins))
+        if bad == 0:
+            h.counts += abs_histogram_fast(flat, 1.0 / h.width, self.nbins, chunks)
+        else:  # skips NaN and inf
+            counts, _, _, _, over = abs_histogram(flat, 1.0 / h.width, self.nbins, chunks)
+            assert over == 0
+            h.counts += counts
+        if mn <= mx:
+            h.absmax = max(h.absmax, float(amax))
+            h.min = min(h.min, float(mn))
+            h.max = max(h.max, float(mx))
+        h.count += int(flat.size) - int(bad)
+        h.nonfinite += int(bad)
+
+    def merge(self, other: "HistogramCollector") -> "HistogramCollector":
+        out = HistogramCollector(self.nbins)
+        for name in set(self.hists) | set(other.hists):
+            a, b = self.hists.get(name), other.hists.get(name)
+            out.hists[name] = a.merge(b) if a is not None and b is not None else (a or b).merge(
+                Histogram(np.zeros(self.nbins, np.int64), (a or b).width))
+        return out
+
+    def names(self) -> list[str]:
+        return list(self.hists)
+
+    def histogram(self, name: str) -> Histogram:
+        return self.hists[name]
+
+    def absmax(self, name: str) -> float:
+        return self.hists[name].absmax
