@@ -1,0 +1,104 @@
+"""Build a Source from a recipe's DataSpec and PreprocessSpec."""
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+from PIL import Image
+
+from calib.data.arrays import load_array
+from calib.data.images import ImageSource, Sample, coco_samples, folder_samples, subset, yolo_samples
+from calib.data.transforms import Preprocessor
+from calib.errors import DataError, require
+from calib.recipe import DataSpec, PreprocessSpec
+
+
+class ArrayImageSource:
+    """An array of samples: uint8 images [N,H,W,C] go through the recipe's preprocessing, other arrays are fed
+    as they are (already preprocessed)."""
+
+    def __init__(self, array: np.ndarray, pre: Preprocessor, input_name: str, batch_size: int, index, label: str):
+        self.array, self.pre, self.input_name = array, pre, input_name
+        self.batch_size, self.index, self.label = batch_size, list(index), label
+        self.samples = [Sample(path=None, image_id=int(i)) for i in self.index]
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    def describe(self) -> dict:
+        return {"kind": "array", "source": self.label, "samples": len(self.index), "dtype": str(self.array.dtype),
+                "shape": list(self.array.shape[1:])}
+
+    def _one(self, i: int):
+        x = self.array[i]
+        if x.dtype == np.uint8 and x.ndim == 3 and x.shape[-1] in (1, 3):
+            return self.pre(Image.fromarray(np.asarray(x).squeeze(-1) if x.shape[-1] == 1 else np.asarray(x)))
+        return np.array(x, copy=True), None
+
+    def iter_with_meta(self):
+        for lo in range(0, len(self.index), self.batch_size):
+            idx = self.index[lo:lo + self.batch_size]
+            got = [self._one(i) for i in idx]
+            yield ({self.input_name: np.stack([g[0] for g in got])}, self.samples[lo:lo + self.batch_size],
+                   [g[1] for g in got])
+
+    def __iter__(self) -> Iterator[dict]:
+        for batch, _, _ in self.iter_with_meta():
+            yield batch
+
+
+class TorchvisionSource(ImageSource):
+    """A torchvision dataset (already on disk, no download) read through the recipe's preprocessing."""
+
+    def __init__(self, spec: DataSpec, pre: Preprocessor, input_name: str, batch_size: int):
+        tv = require("torchvision.datasets", "torch")
+        cls = getattr(tv, spec.name or "", None)
+        if cls is None:
+            raise DataError(f"torchvision.datasets has no dataset '{spec.name}'")
+        kwargs = {"root": spec.path}
+        if spec.split:
+            kwargs["split"] = spec.split
+        try:
+            self.dataset = cls(**kwargs)
+        except (RuntimeError, OSError, TypeError) as exc:
+            raise DataError(f"{spec.path}: torchvision {spec.name} cannot be opened ({exc})") from None
+        idx = subset(list(range(len(self.dataset))), spec.limit, spec.seed, spec.offset)
+        samples = [Sample(path=None, image_id=i) for i in idx]
+        super().__init__(samples, pre, input_name, batch_size, spec.max_bad, label=f"torchvision:{spec.name}")
+
+    def _load(self, s: Sample):
+        img, target = self.dataset[s.image_id]
+        object.__setattr__(s, "label", int(target) if isinstance(target, int) else None)
+        return self.pre(img)
+
+
+def make_source(spec: DataSpec, pre_spec: PreprocessSpec, input_name: str, batch_size: int):
+    pre = Preprocessor(pre_spec)
+    label = spec.path
+    if spec.kind in ("npy", "npz"):
+        arr = load_array(spec.path, spec.key)
+        if arr.shape[0] == 0:
+            raise DataError(f"{spec.path}: no samples")
+        idx = subset(list(range(arr.shape[0])), spec.limit, spec.seed, spec.offset)
+        return ArrayImageSource(arr, pre, input_name, batch_size, idx, label)
+    if spec.kind == "torchvision":
+        return TorchvisionSource(spec, pre, input_name, batch_size)
+    if spec.kind == "folder":
+        samples, classes = folder_samples(spec.path)
+        src = ImageSource(subset(samples, spec.limit, spec.seed, spec.offset), pre, input_name, batch_size,
+                          spec.max_bad, label)
+        src.class_names = classes
+        return src
+    if spec.kind == "coco":
+        if not spec.annotations:
+            raise DataError(f"{spec.path}: a coco data source needs 'annotations' (the COCO json)")
+        samples, cats = coco_samples(spec.path, spec.annotations)
+        src = ImageSource(subset(samples, spec.limit, spec.seed, spec.offset), pre, input_name, batch_size,
+                          spec.max_bad, label)
+        src.categories = cats
+        return src
+    if spec.kind == "yolo":
+        samples = yolo_samples(spec.path)
+        return ImageSource(subset(samples, spec.limit, spec.seed, spec.offset), pre, input_name, batch_size,
+                           spec.max_bad, label)
+    raise DataError(f"unknown data kind '{spec.kind}'")
