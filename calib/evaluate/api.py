@@ -1,0 +1,116 @@
+"""calib.evaluate(): FP32 vs INT8 (simulated on the CPU with Q/DQ) per layer, per output and on the task."""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+
+from calib.cache import read_cache
+from calib.errors import DataError
+from calib.evaluate.detect import decode, split_outputs, xyxy_to_xywh
+from calib.evaluate.layerwise import Comparison, Simulator
+from calib.evaluate.metrics import Classification, coco_map
+from calib.model import inspect_model
+from calib.progress import bar
+from calib.recipe import DetectionSpec
+
+log = logging.getLogger(__name__)
+
+
+def _configs(caches) -> dict:
+    """name -> {tensor: amax} from cache paths or already-made dicts."""
+    out = {}
+    for name, c in caches.items():
+        out[name] = read_cache(c).amaxes() if isinstance(c, (str, Path)) else dict(c)
+    return out
+
+
+def _batches(source):
+    if hasattr(source, "iter_with_meta"):
+        yield from source.iter_with_meta()
+    else:
+        for b in source:
+            n = next(iter(b.values())).shape[0]
+            yield b, [None] * n, [None] * n
+
+
+class _DetectionTask:
+    def __init__(self, spec: DetectionSpec, names, model_outputs):
+        self.spec, self.names, self.model_outputs = spec, names, list(model_outputs)
+        self.images, self.gt, self.pseudo = [], [], []
+        self.dets = {n: [] for n in ["fp32", *names]}
+
+    def update(self, ref: dict, tests: dict, samples, boxes_meta, first_id: int) -> None:
+        outs = {"fp32": ref, **tests}
+        split = {k: split_outputs({o: v[o] for o in v if o in self._out_names(v)}, self.spec) for k, v in
+                 outs.items()}
+        for j, (s, lb) in enumerate(zip(samples, boxes_meta)):
+            iid = first_id + j
+            w, h = (lb.width, lb.height) if lb is not None else (1, 1)
+            self.images.append((iid, w, h))
+            if s is not None and s.boxes is not None:
+                self.gt += [(iid, b, c) for b, c in zip(s.boxes, s.classes)]
+            strong = decode(split["fp32"][0][j], split["fp32"][1][j], self.spec, letterbox=lb)
+            self.pseudo += [(iid, b, c) for b, c in zip(xyxy_to_xywh(strong.boxes), strong.classes)]
+            for k, (bx, sc) in split.items():
+                d = decode(bx[j], sc[j], self.spec, conf=0.001, letterbox=lb)
+                self.dets[k] += [(iid, b, float(p), int(c)) for b, p, c in
+                                 zip(xyxy_to_xywh(d.boxes), d.scores, d.classes)]
+
+    def _out_names(self, v):
+        return [o for o in self.model_outputs if o in v]
+
+    def result(self) -> dict:
+        res = {}
+        for k, dets in self.dets.items():
+            r = {"vs_fp32": coco_map(self.images, self.pseudo, dets)}
+            if self.gt:
+                r["vs_labels"] = coco_map(self.images, self.gt, dets)
+            r["detections"] = len(dets)
+            res[k] = r
+        res["fp32_boxes"] = len(self.pseudo)
+        return res
+
+
+def evaluate(model, caches: dict, source, task: str = "outputs", detection: DetectionSpec = DetectionSpec(),
+             exclude: dict | None = None, layerwise: bool = True) -> dict:
+    """Compare FP32 with INT8 simulations, one per entry of `caches` (name -> cache path or {tensor: amax})."""
+    info = inspect_model(model)
+    configs = _configs(caches)
+    sim = Simulator(model, info, configs, exclude, layerwise)
+    comps = {n: Comparison(n) for n in configs}
+    cls = {n: Classification() for n in configs}
+    det = _DetectionTask(detection, list(configs), info.outputs) if task == "detection" else None
+    n = 0
+    total = len(source) if hasattr(source, "__len__") else None
+    with bar("evaluate", total=total) as pbar:
+        for batch, samples, meta in _batches(source):
+            ref, tests = sim.run(batch)
+            for name, test in tests.items():
+                comps[name].update(ref, test)
+                if task == "classification":
+                    out = info.outputs[0]
+                    cls[name].update(ref[out], test[out], [getattr(s, "label", None) for s in samples])
+            if det is not None:
+                det.update(ref, tests, samples, meta, n)
+            k = next(iter(batch.values())).shape[0]
+            n += k
+            pbar.update(k)
+    if n == 0:
+        raise DataError("evaluation data: no samples")
+    result = {"model": str(model), "model_sha256": info.sha256, "samples": n, "task": task, "configs": {}}
+    det_res = det.result() if det is not None else None
+    for name in configs:
+        c = comps[name]
+        entry = {"outputs": {o: c.tensors[o].result() for o in info.outputs if o in c.tensors},
+                 "layers": c.layers(info) if layerwise else []}
+        if task == "classification":
+            entry["task"] = cls[name].result()
+        elif det_res is not None:
+            entry["task"] = det_res[name]
+        result["configs"][name] = entry
+    if det_res is not None:
+        result["fp32_task"] = det_res["fp32"]
+        result["fp32_boxes"] = det_res["fp32_boxes"]
+    return result

@@ -1,0 +1,94 @@
+"""`calib run`: a whole recipe, from data to caches, Q/DQ model and report, written all-or-nothing."""
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import onnx
+
+import calib
+from calib import cache as cachefmt
+from calib.calibrate import collect, compute_all
+from calib.data.sources import make_source
+from calib.errors import DataError
+from calib.evaluate.api import evaluate
+from calib.evaluate.report import summary, write_reports
+from calib.io import atomic_write_bytes
+from calib.model import inspect_model
+from calib.progress import setup_logging
+from calib.qdq import insert_qdq
+from calib.recipe import Recipe
+from calib.zoo import resolve
+
+log = logging.getLogger(__name__)
+
+
+def _params(recipe: Recipe) -> dict:
+    return {"percentile": {"percentile": recipe.calibration.percentile}}
+
+
+def run_recipe(recipe: Recipe, out: str | Path | None = None, verbose: bool = False) -> Path:
+    """Run `recipe`; outputs appear in `out` only once everything has succeeded."""
+    out = Path(out or recipe.output)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    stage = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        setup_logging(verbose, stage / "run.log")
+        _run(recipe, stage)
+        logging.getLogger("calib").handlers[-1].close()
+        setup_logging(verbose)
+        out.mkdir(exist_ok=True)
+        for f in sorted(stage.iterdir()):
+            os.replace(f, out / f.name)
+    finally:
+        setup_logging(verbose)
+        shutil.rmtree(stage, ignore_errors=True)
+    return out
+
+
+def _run(recipe: Recipe, stage: Path) -> None:
+    t0 = time.perf_counter()
+    model_path = resolve(recipe.model)
+    info = inspect_model(model_path)
+    log.info("calib %s, recipe %s, model %s (%d tensors to calibrate)", calib.__version__, recipe.source,
+             model_path, len(info.activations))
+    input_name = info.inputs[0][0]
+    c = recipe.calibration
+    csrc = make_source(recipe.calibration_data, recipe.preprocess, input_name, c.batch_size)
+    info, stats, samples, fp = collect(model_path, csrc, label=recipe.calibration_data.path, info=info)
+    if getattr(csrc, "bad", None):
+        log.warning("%d unreadable images skipped", len(csrc.bad))
+    amax, used, secs = compute_all(stats, info.activations, c.algorithms, _params(recipe))
+    files = []
+    side_extra = {"recipe": Path(recipe.source).name, "preprocess": repr(recipe.preprocess)}
+    for algo in c.algorithms:
+        p = cachefmt.write_cache(stage / f"{algo}.cache", amax[algo], c.trt_version, c.carrier)
+        sc = cachefmt.Sidecar(algo, used[algo], amax[algo], info.sha256, fp, calib.__version__, c.trt_version,
+                              c.carrier, samples, side_extra)
+        cachefmt.write_sidecar(p, sc)
+        files += [p.name, p.with_suffix(".json").name]
+    log.info("caches written for %s (%d samples, %.1f s)", ", ".join(c.algorithms), samples,
+             time.perf_counter() - t0)
+    espec = recipe.evaluation_data or recipe.calibration_data
+    esrc = make_source(espec, recipe.preprocess, input_name, recipe.evaluation.batch_size)
+    result = evaluate(model_path, amax, esrc, recipe.evaluation.task, recipe.evaluation.detection)
+    summ = summary(result)
+    best = summ["best"]
+    qdq_name = f"{Path(model_path).stem}.{best}.qdq.onnx"
+    q = insert_qdq(onnx.load(str(model_path)), amax[best])
+    atomic_write_bytes(stage / qdq_name, q.SerializeToString())
+    files += [qdq_name, "report.json", "report.md", "report.html", "run.log"]
+    report = {"recipe": recipe.name, "recipe_file": recipe.source, "calib_version": calib.__version__,
+              "model": str(model_path), "model_sha256": info.sha256,
+              "calibration": {"samples": samples, "data_fingerprint": fp, "algorithms": list(c.algorithms),
+                              "params": used, "seconds": secs},
+              "evaluation": {"samples": result["samples"], "configs": result["configs"]},
+              "fp32_task": result.get("fp32_task"), "summary": summ, "qdq_model": qdq_name, "files": files}
+    if result["samples"] == 0:
+        raise DataError("evaluation data: no samples")
+    write_reports(stage, report, stats, amax, recipe.evaluation.histograms)
+    log.info("best algorithm: %s; report and caches ready (%.1f s)", best, time.perf_counter() - t0)
