@@ -1,0 +1,73 @@
+"""Shared fixtures: tiny ONNX graphs built with onnx.helper, real goldens, paths."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+ROOT = Path(__file__).resolve().parents[1]
+GOLDEN = Path(os.environ.get("CALIB_GOLDEN", ROOT.parent / "shared" / "golden" / "trt86-h200"))
+
+
+def _save(model, path: Path) -> Path:
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    onnx.save(model, str(path))
+    return path
+
+
+def conv_relu_gap(path: Path, seed: int = 0) -> Path:
+    """input [N,3,8,8] -> Conv(4) -> Relu -> MaxPool -> Conv(4) -> Add(residual) -> GAP -> Flatten -> Gemm(5)."""
+    rng = np.random.default_rng(seed)
+    w1 = rng.normal(0, 0.5, (4, 3, 3, 3)).astype(np.float32)
+    w2 = rng.normal(0, 0.5, (4, 4, 3, 3)).astype(np.float32)
+    wg = rng.normal(0, 0.5, (5, 4)).astype(np.float32)
+    inits = [numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(np.zeros(4, np.float32), "b1"),
+             numpy_helper.from_array(w2, "w2"), numpy_helper.from_array(wg, "wg"),
+             numpy_helper.from_array(np.zeros(5, np.float32), "bg")]
+    nodes = [
+        helper.make_node("Conv", ["input", "w1", "b1"], ["conv1"], name="conv1", pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["conv1"], ["relu1"], name="relu1"),
+        helper.make_node("MaxPool", ["relu1"], ["pool1"], name="pool1", kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("Conv", ["pool1", "w2"], ["conv2"], name="conv2", pads=[1, 1, 1, 1]),
+        helper.make_node("Add", ["conv2", "pool1"], ["add1"], name="add1"),
+        helper.make_node("GlobalAveragePool", ["add1"], ["gap"], name="gap"),
+        helper.make_node("Flatten", ["gap"], ["flat"], name="flat"),
+        helper.make_node("Gemm", ["flat", "wg", "bg"], ["logits"], name="fc", transB=1),
+    ]
+    g = helper.make_graph(nodes, "tiny", [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["N", 3, 8, 8])],
+                          [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", 5])], inits)
+    return _save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), path)
+
+
+def single_conv(path: Path, w: np.ndarray) -> Path:
+    """input [N,C,H,W] -> Conv(w, no bias, no pad) -> output."""
+    g = helper.make_graph([helper.make_node("Conv", ["input", "w"], ["out"], name="conv")], "one",
+                          [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["N", w.shape[1], 2, 2])],
+                          [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)],
+                          [numpy_helper.from_array(w.astype(np.float32), "w")])
+    return _save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), path)
+
+
+@pytest.fixture
+def tiny_model(tmp_path) -> Path:
+    return conv_relu_gap(tmp_path / "tiny.onnx")
+
+
+@pytest.fixture
+def tiny_data(tmp_path) -> Path:
+    x = np.random.default_rng(1).random((20, 3, 8, 8), dtype=np.float32)
+    p = tmp_path / "tiny.npy"
+    np.save(p, x)
+    return p
+
+
+def golden(*parts) -> Path:
+    p = GOLDEN.joinpath(*parts)
+    if not p.exists():
+        pytest.skip(f"TensorRT golden {p} not available")
+    return p

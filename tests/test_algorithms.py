@@ -1,0 +1,89 @@
+"""Algorithms on hand-made histograms with known answers."""
+import numpy as np
+import pytest
+
+from calib.algorithms import compute, names
+from calib.algorithms.registry import check_params
+from calib.errors import CalibError
+from calib.stats import Histogram, HistogramCollector
+
+
+def hist_of(counts, width=1.0, absmax=None):
+    counts = np.asarray(counts, np.int64)
+    top = absmax if absmax is not None else width * (np.nonzero(counts)[0].max() + 1)
+    return Histogram(counts, width, absmax=top, count=int(counts.sum()))
+
+
+def test_registry_has_four():
+    assert names() == ["minmax", "entropy", "percentile", "mse"]
+
+
+def test_minmax_is_absmax():
+    assert compute("minmax", hist_of([1, 2, 3], absmax=2.75)) == 2.75
+
+
+def test_percentile_interpolates_inside_bin():
+    # 100 values: 90 in bin 0 ([0,1)), 10 in bin 9 ([9,10)). 95 % lies half way into bin 9.
+    h = hist_of([90] + [0] * 8 + [10], absmax=10.0)
+    assert compute("percentile", h, percentile=95.0) == pytest.approx(9.5)
+    assert compute("percentile", h, percentile=90.0) == pytest.approx(1.0)
+    assert compute("percentile", h, percentile=100.0) == pytest.approx(10.0)
+
+
+def test_percentile_rejects_bad_parameter():
+    with pytest.raises(ValueError):
+        compute("percentile", hist_of([1, 1]), percentile=0)
+
+
+def test_mse_clips_a_lone_outlier():
+    # a million values near 1 and one at 30: clipping the outlier costs less than coarse steps for the rest
+    c = HistogramCollector(nbins=4096)
+    x = np.concatenate([np.random.default_rng(0).uniform(0, 1, 1_000_000), [30.0]]).astype(np.float32)
+    c.update("t", x)
+    a = compute("mse", c.histogram("t"))
+    assert a < 10.0
+    assert compute("minmax", c.histogram("t")) == 30.0
+
+
+def test_mse_keeps_full_range_of_uniform():
+    c = HistogramCollector(nbins=4096)
+    c.update("t", np.random.default_rng(0).uniform(-4, 4, 200_000).astype(np.float32))
+    assert compute("mse", c.histogram("t")) == pytest.approx(4.0, rel=0.03)
+
+
+def test_entropy_uniform_keeps_range():
+    # uniform |x| over [0, 1): every threshold below the top throws mass away; KL picks (close to) the top
+    h = hist_of(np.full(2048, 1000), width=1 / 2048, absmax=1.0)
+    assert compute("entropy", h) == pytest.approx(1.0, abs=2 / 2048)
+
+
+def test_entropy_clips_long_tail():
+    # a Gaussian with a few far outliers: entropy threshold sits well below the absmax
+    rng = np.random.default_rng(0)
+    x = np.concatenate([rng.normal(0, 1, 500_000), [40.0, -40.0]]).astype(np.float32)
+    c = HistogramCollector()
+    c.update("t", x)
+    a = compute("entropy", c.histogram("t"))
+    assert 3.0 < a < 15.0
+
+
+def test_entropy_zero_bin_modes_differ_on_relu_like_data():
+    rng = np.random.default_rng(0)
+    x = np.maximum(rng.normal(0, 1, 400_000), 0).astype(np.float32)
+    c = HistogramCollector()
+    c.update("t", x)
+    h = c.histogram("t")
+    assert compute("entropy", h, zero_bin="drop") != compute("entropy", h, zero_bin="keep")
+
+
+def test_empty_histogram_gives_zero():
+    h = Histogram(np.zeros(16, np.int64), 1.0)
+    for n in names():
+        assert compute(n, h) == 0.0
+
+
+def test_unknown_algorithm_and_parameter():
+    with pytest.raises(CalibError, match="unknown algorithm 'kl'"):
+        compute("kl", hist_of([1]))
+    with pytest.raises(CalibError, match="no parameter 'pct'"):
+        check_params("percentile", {"pct": 3})

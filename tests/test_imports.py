@@ -1,0 +1,37 @@
+"""Every calib module imports without tensorrt, cuda and torch, and never loads them."""
+import pkgutil
+import subprocess
+import sys
+
+import calib
+
+HEAVY = ("tensorrt", "cuda", "torch", "torchvision", "pycuda")
+
+
+def _modules():
+    return sorted(m.name for m in pkgutil.walk_packages(calib.__path__, "calib."))
+
+
+def test_import_everything_stays_light():
+    code = ("import sys, importlib\n"
+            f"for m in {_modules()!r}: importlib.import_module(m)\n"
+            f"bad = [m for m in sys.modules if m.split('.')[0] in {HEAVY!r}]\n"
+            "assert not bad, bad\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+
+
+def test_cli_help_stays_light():
+    code = ("import sys\nfrom click.testing import CliRunner\nfrom calib.cli import main\n"
+            "r = CliRunner().invoke(main, ['--help'])\nassert r.exit_code == 0, r.output\n"
+            "assert 'calibrate' in r.output and 'run' in r.output\n"
+            f"bad = [m for m in sys.modules if m.split('.')[0] in {HEAVY!r}]\nassert not bad, bad\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+
+
+def test_module_list_is_complete():
+    mods = _modules()
+    for m in ("calib.cli", "calib.stats", "calib.cache", "calib.qdq", "calib.zoo", "calib.darknet",
+              "calib.runners.onnxruntime", "calib.evaluate.metrics", "calib.data.images"):
+        assert m in mods

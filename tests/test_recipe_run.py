@@ -1,0 +1,93 @@
+"""Recipes and `calib run` end to end on a tiny model with real image files."""
+import json
+import os
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from PIL import Image
+
+from calib.cli import main
+from calib.errors import RecipeError
+from calib.recipe import load_recipe
+
+
+def _images(folder, n=6, size=(12, 10)):
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(0)
+    for i in range(n):
+        Image.fromarray(rng.integers(0, 255, (size[1], size[0], 3), dtype=np.uint8)).save(folder / f"{i}.png")
+    return folder
+
+
+@pytest.fixture
+def recipe(tmp_path, tiny_model):
+    _images(tmp_path / "imgs")
+    p = tmp_path / "r.yaml"
+    p.write_text(f"""
+name: tiny
+model: {tiny_model.name}
+calibration_data: {{kind: folder, path: imgs}}
+preprocess: {{resize: [8, 8], mode: exact}}
+calibration: {{algorithms: [minmax, entropy, percentile, mse], batch_size: 4}}
+evaluation: {{task: classification, batch_size: 4}}
+output: out
+""")
+    return p
+
+
+def test_run_writes_everything_and_is_reproducible(recipe, tmp_path):
+    r = CliRunner().invoke(main, ["run", str(recipe), "--quiet"])
+    assert r.exit_code == 0, r.output
+    out = tmp_path / "out"
+    names = {f.name for f in out.iterdir()}
+    for f in ("minmax.cache", "entropy.json", "report.json", "report.md", "report.html", "run.log"):
+        assert f in names
+    assert any(n.endswith(".qdq.onnx") for n in names)
+    first = {a: (out / f"{a}.cache").read_bytes() for a in ("minmax", "entropy", "percentile", "mse")}
+    r = CliRunner().invoke(main, ["run", str(recipe), "--quiet", "--out", str(tmp_path / "again")])
+    assert r.exit_code == 0
+    for a, b in first.items():
+        assert (tmp_path / "again" / f"{a}.cache").read_bytes() == b
+    rep = json.loads((out / "report.json").read_text())
+    assert rep["calibration"]["samples"] == 6 and rep["summary"]["best"] in first
+    assert rep["evaluation"]["configs"]["minmax"]["task"]["agreement_top1"] > 0.5
+
+
+def test_set_overrides(recipe, tmp_path):
+    r = load_recipe(recipe, ["calibration.batch_size=2", "calibration.algorithms=[mse]"])
+    assert r.calibration.batch_size == 2 and r.calibration.algorithms == ("mse",)
+    assert os.path.isabs(r.model) and r.output == str(tmp_path / "out")
+
+
+@pytest.mark.parametrize("edit,msg", [
+    (("calibration: {", "calibraton: {"), "calibraton: unknown key (did you mean 'calibration'?)"),
+    (("batch_size: 4}\nevaluation", "batch_size: four}\nevaluation"), "calibration.batch_size: expected an integer"),
+    (("model: tiny.onnx", "model: missing.onnx"), "model: file not found"),
+    (("path: imgs", "path: nothere"), "calibration_data.path: file not found"),
+    (("mode: exact", "mode: stretch"), "preprocess.mode: 'stretch' is not one of"),
+])
+def test_bad_recipes_fail_in_one_line(recipe, tmp_path, edit, msg):
+    text = recipe.read_text()
+    assert edit[0] in text
+    recipe.write_text(text.replace(*edit))
+    r = CliRunner().invoke(main, ["run", str(recipe)])
+    assert r.exit_code == 2
+    assert msg in r.output and str(recipe) in r.output and r.output.count("\n") == 1
+    assert not (tmp_path / "out").exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out.")]
+
+
+def test_unreadable_data_folder_leaves_nothing(recipe, tmp_path):
+    for f in (tmp_path / "imgs").iterdir():
+        f.write_bytes(b"not an image")
+    r = CliRunner().invoke(main, ["--quiet", "run", str(recipe)])
+    assert r.exit_code == 2 and "unreadable" in r.output and r.output.count("\n") == 1
+    assert not (tmp_path / "out").exists()
+
+
+def test_not_a_mapping(tmp_path):
+    p = tmp_path / "x.yaml"
+    p.write_text("- a\n- b\n")
+    with pytest.raises(RecipeError, match="a recipe is a mapping"):
+        load_recipe(p)
