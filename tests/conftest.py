@@ -48,7 +48,7 @@ def single_conv(path: Path, w: np.ndarray) -> Path:
     """input [N,C,H,W] -> Conv(w, no bias, no pad) -> output."""
     g = helper.make_graph([helper.make_node("Conv", ["input", "w"], ["out"], name="conv")], "one",
                           [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["N", w.shape[1], 2, 2])],
-                          [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)],
+                          [helper.make_tensor_value_info("out", TensorProto.FLOAT, ["N", w.shape[0], 1, 1])],
                           [numpy_helper.from_array(w.astype(np.float32), "w")])
     return _save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), path)
 

@@ -1,0 +1,67 @@
+"""Q/DQ placement and numerics: exact against hand-computed int8."""
+import numpy as np
+import onnx
+import pytest
+
+from calib.qdq import Exclusions, count_qdq, excluded_from, insert_qdq, quantized_inputs
+from calib.runners.onnxruntime import OrtRunner
+from conftest import conv_relu_gap, single_conv
+
+
+def test_single_conv_matches_hand_computed_int8(tmp_path):
+    w = np.array([[[[0.5, -0.25], [1.0, 0.125]]], [[[2.0, 0.0], [-1.0, 0.3]]]], np.float32)  # [2,1,2,2]
+    m = onnx.load(str(single_conv(tmp_path / "c.onnx", w)))
+    x = np.array([[[[0.1, 0.7], [-0.33, 1.27]]]], np.float32)
+    q = insert_qdq(m, {"input": 1.27})
+    got = OrtRunner(q, optimize=False).run({"input": x})["out"]
+    sx = np.float32(1.27 / 127)
+    xq = np.clip(np.rint(x / sx), -127, 127) * sx
+    sw = np.abs(w).reshape(2, -1).max(1) / 127  # per output channel
+    wq = np.clip(np.rint(w / sw[:, None, None, None]), -127, 127) * sw[:, None, None, None]
+    want = np.einsum("nchw,ochw->no", xq, wq).reshape(1, 2, 1, 1)
+    assert np.allclose(got, want, atol=1e-6)
+    assert not np.allclose(got, np.einsum("nchw,ochw->no", x, w).reshape(1, 2, 1, 1), atol=1e-4)
+
+
+def test_placement_follows_tensorrt(tmp_path):
+    m = onnx.load(str(conv_relu_gap(tmp_path / "t.onnx")))
+    q = quantized_inputs(m)
+    names = [(m.graph.node[n].name, i, k) for n, i, k in q]
+    assert ("conv1", 0, "act") in names and ("conv1", 1, "weight") in names
+    assert ("pool1", 0, "act") in names and ("gap", 0, "act") in names
+    assert ("add1", 1, "act") in names  # residual input, not the Conv output
+    assert ("fc", 0, "act") in names and ("fc", 1, "weight") in names
+    assert not any(n == "relu1" for n, _, _ in names)
+
+
+def test_exclusions_and_shared_pairs(tmp_path):
+    m = onnx.load(str(conv_relu_gap(tmp_path / "t.onnx")))
+    amax = {t: 1.0 for t in ["input", "relu1", "pool1", "add1", "flat"]}
+    full = insert_qdq(m, amax)
+    onnx.checker.check_model(full)
+    # pool1 feeds conv2 and add1 through one shared pair
+    assert sum(1 for n in full.graph.node if n.name == "pool1_QuantizeLinear") == 1
+    fewer = insert_qdq(m, amax, excluded_from(["fc", "op:MaxPool"]))
+    assert count_qdq(fewer) == count_qdq(full) - 3
+    assert Exclusions(("conv*",)).excludes(m.graph.node[0])
+
+
+def test_qdq_model_runs_close_to_fp32(tmp_path, tiny_data):
+    p = conv_relu_gap(tmp_path / "t.onnx")
+    x = np.load(tiny_data)
+    ref = OrtRunner(p).run({"input": x})["logits"]
+    from calib.calibrate import calibrate
+
+    res = calibrate(p, x, ["minmax"])
+    got = OrtRunner(insert_qdq(onnx.load(str(p)), res.amax["minmax"])).run({"input": x})["logits"]
+    err = np.linalg.norm(got - ref) / np.linalg.norm(ref)
+    assert 1e-4 < err < 0.05
+
+
+def test_low_opset_is_an_error(tmp_path):
+    m = onnx.load(str(conv_relu_gap(tmp_path / "t.onnx")))
+    m.opset_import[0].version = 11
+    from calib.errors import ModelError
+
+    with pytest.raises(ModelError, match="opset >= 13"):
+        insert_qdq(m, {})
