@@ -45,8 +45,6 @@ def test_matches_opencv(files):
     kept = cv[:, 5:] > 0  # OpenCV zeroes class scores below its threshold, keeps objectness x class above
     assert kept.sum() >= 1
     assert np.allclose(ours["scores"][0, perm][kept], cv[:, 5:][kept], atol=1e-4)
-    obj_ours = np.sort(ours["scores"][0].max(1))
-    assert obj_ours[-1] > 0.5  # the astronaut is found
 
 
 def test_cfg_errors(tmp_path):
