@@ -10,7 +10,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 ROOT = Path(__file__).resolve().parents[1]
-GOLDEN = Path(os.environ.get("CALIB_GOLDEN", ROOT.parent / "shared" / "golden" / "trt86-h200"))
+GOLDEN = Path(os.environ.get("CALIB_GOLDEN", ROOT / "tests" / "golden" / "trt86-h200"))
+PHOTOS_SHA256 = "41f88c0a6ad7441da6e009198bfe8689a1f18740c20767859f8acd758b6d0a73"
 
 
 def _save(model, path: Path) -> Path:
@@ -66,7 +67,31 @@ def tiny_data(tmp_path) -> Path:
     return p
 
 
+def _photos_224() -> Path:
+    """The MobileNetV2 calibration photos TensorRT saw, rebuilt from scikit-image/scikit-learn and checked."""
+    import subprocess
+    import sys
+
+    from calib.io import sha256_file
+
+    p = GOLDEN / "mobilenet_v2" / "photos_224.npy"
+    if p.is_file():
+        return p
+    cache = Path(os.environ.get("CALIB_HOME", Path.home() / ".cache" / "calib")) / "golden"
+    q = cache / "photos_224.npy"
+    if not q.is_file():
+        pytest.importorskip("skimage")
+        cache.mkdir(parents=True, exist_ok=True)
+        subprocess.run([sys.executable, str(GOLDEN / "make_calib_data.py"), str(cache), "256", "1"], check=True,
+                       capture_output=True)
+    if sha256_file(q) != PHOTOS_SHA256:
+        pytest.skip("rebuilt photos_224.npy differs from TensorRT's (other scikit-image/Pillow version)")
+    return q
+
+
 def golden(*parts) -> Path:
+    if parts == ("mobilenet_v2", "photos_224.npy"):
+        return _photos_224()
     p = GOLDEN.joinpath(*parts)
     if not p.exists():
         pytest.skip(f"TensorRT golden {p} not available")

@@ -8,7 +8,7 @@ from calib.data.arrays import ArraySource, load_array
 from calib.evaluate.api import evaluate
 from conftest import golden
 
-# measured on the H200 with TensorRT 8.6 (shared golden reports): top-1 agreement with FP32, logits SQNR
+# measured on the H200 with TensorRT 8.6 (tests/golden reports): top-1 agreement with FP32, logits SQNR
 TRT = {"minmax": (0.582, 8.4), "entropy2": (0.598, 10.6)}
 
 
