@@ -1,0 +1,121 @@
+"""Calibration speed and memory: calib's one-pass statistics vs ONNX Runtime's calibrators vs pure FP32 inference.
+
+    python benchmarks/bench_calibrate.py [--samples 256] [--batch 32] [--skip-ort entropy,percentile]
+
+MobileNetV2 (the TensorRT golden model) on the golden real photos, ImageNet preprocessing. Each job runs in its
+own process so that peak RSS is its own; the table prints time and memory as ratios to pure FP32 inference run
+in the same script. calib's job computes all four algorithms (minmax, entropy, percentile, mse) from one pass.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
+MODEL = ROOT / "tests" / "golden" / "trt86-h200" / "mobilenet_v2" / "mobilenet_v2_imagenet.onnx"
+
+
+def photos(samples: int) -> np.ndarray:
+    from conftest import _photos_224
+
+    from calib.data.arrays import preset_transform
+
+    x = np.load(_photos_224())
+    reps = -(-samples // x.shape[0])
+    return preset_transform(np.concatenate([x] * reps)[:samples], "imagenet", True)
+
+
+def job(name: str, samples: int, batch: int) -> dict:
+    x = photos(samples)
+    batches = [x[i:i + batch] for i in range(0, samples, batch)]
+    t0 = time.perf_counter()
+    if name == "fp32":
+        import onnxruntime as ort
+
+        s = ort.InferenceSession(str(MODEL), providers=["CPUExecutionProvider"])
+        s.run(None, {"input": batches[0]})
+        t0 = time.perf_counter()
+        for b in batches:
+            s.run(None, {"input": b})
+    elif name == "calib":
+        from calib.calibrate import calibrate
+        from calib.data.arrays import ArraySource
+
+        from calib.kernels import abs_histogram_fast, range_stats  # compile outside the timing
+
+        range_stats(x[0].ravel(), 1)
+        abs_histogram_fast(np.abs(x[0].ravel()), 1.0, 16, 1)
+        t0 = time.perf_counter()
+        calibrate(MODEL, ArraySource(x, "input", batch), ["minmax", "entropy", "percentile", "mse"])
+    else:
+        from onnxruntime.quantization import CalibrationDataReader, CalibrationMethod, create_calibrator
+
+        class Reader(CalibrationDataReader):
+            def __init__(self):
+                self.it = iter(batches)
+
+            def get_next(self):
+                b = next(self.it, None)
+                return None if b is None else {"input": b}
+
+        method = {"ort-minmax": CalibrationMethod.MinMax, "ort-entropy": CalibrationMethod.Entropy,
+                  "ort-percentile": CalibrationMethod.Percentile}[name]
+        with tempfile.TemporaryDirectory() as d:
+            cal = create_calibrator(str(MODEL), augmented_model_path=str(Path(d) / "aug.onnx"),
+                                    calibrate_method=method)
+            cal.collect_data(Reader())
+            cal.compute_data()
+    secs = time.perf_counter() - t0
+    return {"job": name, "seconds": secs, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+
+
+def run_job(name: str, samples: int, batch: int) -> dict:
+    r = subprocess.run([sys.executable, __file__, "--worker", name, "--samples", str(samples), "--batch", str(batch)],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        return {"job": name, "error": (r.stderr.strip().splitlines() or ["failed"])[-1]}
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--samples", type=int, default=256)
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--worker")
+    ap.add_argument("--skip-ort", default="", help="comma-separated: minmax,entropy,percentile")
+    ap.add_argument("--scaling", type=int, default=1024, help="also run calib at this many samples (0: skip)")
+    a = ap.parse_args()
+    if a.worker:
+        print(json.dumps(job(a.worker, a.samples, a.batch)))
+        return
+    skip = {f"ort-{s}" for s in a.skip_ort.split(",") if s}
+    jobs = ["fp32", "calib", *[j for j in ("ort-minmax", "ort-percentile", "ort-entropy") if j not in skip]]
+    rows = [run_job(j, a.samples, a.batch) for j in jobs]
+    base = rows[0]
+    calib_row = rows[1]
+    print(f"MobileNetV2, {a.samples} photos, batch {a.batch}; ratios against pure FP32 inference and calib")
+    print(f"{'job':16s} {'seconds':>9s} {'x FP32':>8s} {'x calib':>8s} {'peak RSS MB':>12s}")
+    for r in rows:
+        if "error" in r:
+            print(f"{r['job']:16s} failed: {r['error']}")
+            continue
+        print(f"{r['job']:16s} {r['seconds']:9.2f} {r['seconds'] / base['seconds']:8.2f} "
+              f"{r['seconds'] / calib_row['seconds']:8.2f} {r['peak_rss_mb']:12.0f}")
+    if a.scaling:
+        big = run_job("calib", a.scaling, a.batch)
+        print(f"calib at {a.scaling} samples: {big['seconds']:.2f} s, peak RSS {big['peak_rss_mb']:.0f} MB "
+              f"({big['peak_rss_mb'] / calib_row['peak_rss_mb']:.2f}x the RSS at {a.samples})")
+
+
+if __name__ == "__main__":
+    main()
