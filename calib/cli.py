@@ -96,9 +96,12 @@ def calibrate(model, data, algo, batch_size, preprocess, percentile, trt_version
 @click.option("--batch-size", default=8, show_default=True, type=click.IntRange(1))
 @click.option("--task", default="outputs", show_default=True, type=click.Choice(["outputs", "classification"]))
 @click.option("--ignore-hash", is_flag=True, help="Use a cache whose sidecar names another model.")
+@click.option("--exclude", multiple=True,
+              help="Keep in float (per-layer precision): node/output name glob or op:<OpType>; repeatable.")
+@click.option("--layerwise/--no-layerwise", default=True, show_default=True, help="Compare every tensor.")
 @click.option("--out", "-o", required=True, type=click.Path(file_okay=False))
 @_handled
-def evaluate(model, caches, data, preprocess, batch_size, task, ignore_hash, out):
+def evaluate(model, caches, data, preprocess, batch_size, task, ignore_hash, exclude, layerwise, out):
     """Compare MODEL in FP32 with its INT8 simulation under each --cache; write a report to OUT."""
     from calib.cache import check_model_hash, read_cache, validate_against
     from calib.data.arrays import ArraySource, load_array
@@ -116,7 +119,10 @@ def evaluate(model, caches, data, preprocess, batch_size, task, ignore_hash, out
         name = Path(c).stem
         configs[name if name not in configs else c] = cf.amaxes()
     src = ArraySource(load_array(data), info.inputs[0][0], batch_size, preprocess, label=str(data))
-    res = run_eval(model, configs, src, task)
+    from calib.qdq import excluded_from
+
+    ex = excluded_from(exclude)
+    res = run_eval(model, configs, src, task, exclude={n: ex for n in configs}, layerwise=layerwise)
     report = {"recipe": Path(model).stem, "model": str(model), "model_sha256": info.sha256,
               "calibration": {"samples": "-"}, "evaluation": {"samples": res["samples"], "configs": res["configs"]},
               "summary": summary(res), "files": ["report.json", "report.md", "report.html"]}

@@ -93,7 +93,7 @@ class HistogramCollector:
     hists: dict = field(default_factory=dict)
 
     def update(self, name: str, array: np.ndarray) -> None:
-        from calib.kernels import abs_histogram, abs_histogram_fast, range_stats
+        from calib.kernels import abs_histogram, abs_histogram_fast, abs_histogram_fused, range_stats
 
         flat = np.ascontiguousarray(array).reshape(-1)
         if flat.dtype != np.float32 and flat.dtype != np.float64:
@@ -101,18 +101,25 @@ class HistogramCollector:
         if flat.size == 0:
             return
         chunks = _threads() if flat.size > (1 << 16) else 1
-        mn, mx, amax, bad = range_stats(flat, chunks)
         h = self.hists.get(name)
-        if h is None:
-            h = Histogram(np.zeros(self.nbins, np.int64), 2.0 ** _exponent_for(amax, self.nbins))
-            self.hists[name] = h
-        h.coarsen_to(2.0 ** _exponent_for(max(float(amax), h.absmax), self.nbins))
-        if bad == 0:
-            h.counts += abs_histogram_fast(flat, 1.0 / h.width, self.nbins, chunks)
-        else:  # skips NaN and inf
-            counts, _, _, _, over = abs_histogram(flat, 1.0 / h.width, self.nbins, chunks)
-            assert over == 0
-            h.counts += counts
+        fast = None
+        if h is not None:  # one pass when the values fit the current bins (the common case)
+            counts, mn, mx, finite = abs_histogram_fused(flat, 1.0 / h.width, self.nbins, chunks)
+            amax = max(abs(mn), abs(mx))
+            if finite and amax < self.nbins * h.width:
+                fast, bad = counts, 0
+        if fast is None:
+            mn, mx, amax, bad = range_stats(flat, chunks)
+            if h is None:
+                h = Histogram(np.zeros(self.nbins, np.int64), 2.0 ** _exponent_for(amax, self.nbins))
+                self.hists[name] = h
+            h.coarsen_to(2.0 ** _exponent_for(max(float(amax), h.absmax), self.nbins))
+            if bad == 0:
+                fast = abs_histogram_fast(flat, 1.0 / h.width, self.nbins, chunks)
+            else:  # skips NaN and inf
+                fast, _, _, _, over = abs_histogram(flat, 1.0 / h.width, self.nbins, chunks)
+                assert over == 0
+        h.counts += fast
         if mn <= mx:
             h.absmax = max(h.absmax, float(amax))
             h.min = min(h.min, float(mn))

@@ -87,3 +87,19 @@ def test_unknown_algorithm_and_parameter():
         compute("kl", hist_of([1]))
     with pytest.raises(CalibError, match="no parameter 'pct'"):
         check_params("percentile", {"pct": 3})
+
+
+def test_compiled_kl_search_equals_plain_numpy():
+    from calib.algorithms.entropy import divergences
+    from calib.kernels import kl_divergences
+
+    rng = np.random.default_rng(5)
+    for shape in (0.5, 1.0, 3.0):
+        bins = np.histogram(rng.gamma(shape, 1.0, 50_000), bins=600)[0].astype(np.float64)
+        bins[rng.integers(0, 600, 40)] = 0  # empty bins inside the range
+        i1, d1 = divergences(bins, 64)
+        i2, d2 = kl_divergences(bins, 64, 64, 1)
+        assert np.array_equal(i1, i2)
+        finite = np.isfinite(d1)
+        assert np.array_equal(finite, np.isfinite(d2))
+        assert np.allclose(d1[finite], d2[finite], rtol=1e-9, atol=1e-12)

@@ -81,3 +81,15 @@ def test_evaluate_reports(tiny_model, tiny_data, tmp_path):
     sq = rep["evaluation"]["configs"]["minmax"]["outputs"]["logits"]["sqnr_db"]
     assert 15 < sq < 80
     assert "<img src=\"data:image/png;base64," in (tmp_path / "rep" / "report.html").read_text()
+
+
+def test_evaluate_with_layers_kept_in_float(tiny_model, tiny_data, tmp_path):
+    assert invoke("calibrate", tiny_model, "--data", tiny_data, "--out", tmp_path, "--algo", "minmax").exit_code == 0
+    outs = {}
+    for name, extra in (("all", []), ("fp_head", ["--exclude", "fc", "--exclude", "op:GlobalAveragePool"])):
+        r = invoke("evaluate", tiny_model, "--cache", tmp_path / "minmax.cache", "--data", tiny_data, "--out",
+                   tmp_path / name, *extra)
+        assert r.exit_code == 0, r.output
+        rep = json.loads((tmp_path / name / "report.json").read_text())
+        outs[name] = rep["evaluation"]["configs"]["minmax"]["outputs"]["logits"]["sqnr_db"]
+    assert outs["fp_head"] > outs["all"]  # fewer quantised layers, less error

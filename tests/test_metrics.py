@@ -58,3 +58,49 @@ def test_nms_and_decode():
     cls_scores[0, 0], cls_scores[1, 1], cls_scores[2, 0] = 0.9, 0.8, 0.1
     d = decode(boxes, cls_scores, DetectionSpec(conf_threshold=0.25))
     assert len(d.scores) == 2 and set(d.classes) == {0, 1}  # different classes survive NMS
+
+
+def test_detection_evaluation_against_coco_labels(tmp_path):
+    """A fake 'detector' graph whose boxes/scores are fixed constants: mAP vs labels is known exactly."""
+    import json as _json
+
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    from PIL import Image
+
+    from calib.data.sources import make_source
+    from calib.evaluate.api import evaluate
+    from calib.recipe import DataSpec, PreprocessSpec
+
+    boxes = np.array([[[8, 8, 24, 24], [40, 40, 60, 60]]], np.float32)  # input pixels (64x64 = original)
+    scores = np.array([[[0.9, 0.0], [0.0, 0.8]]], np.float32)
+    # out = input.mean() * 0 + constant, so the graph has one real activation path
+    nodes = [helper.make_node("ReduceMean", ["images"], ["m"], keepdims=0, axes=[1, 2, 3]),
+             helper.make_node("Mul", ["m", "zero"], ["z"]),
+             helper.make_node("Unsqueeze", ["z", "ax"], ["z2"]),
+             helper.make_node("Unsqueeze", ["z2", "ax2"], ["z3"]),
+             helper.make_node("Add", ["z3", "cb"], ["boxes"]), helper.make_node("Add", ["z3", "cs"], ["scores"])]
+    g = helper.make_graph(nodes, "fake", [helper.make_tensor_value_info("images", TensorProto.FLOAT, ["N", 3, 64, 64])],
+                          [helper.make_tensor_value_info("boxes", TensorProto.FLOAT, ["N", 2, 4]),
+                           helper.make_tensor_value_info("scores", TensorProto.FLOAT, ["N", 2, 2])],
+                          [numpy_helper.from_array(np.array(0, np.float32), "zero"),
+                           numpy_helper.from_array(np.array([1], np.int64), "ax"),
+                           numpy_helper.from_array(np.array([2], np.int64), "ax2"),
+                           numpy_helper.from_array(boxes, "cb"), numpy_helper.from_array(scores, "cs")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    onnx.save(m, str(tmp_path / "fake.onnx"))
+    (tmp_path / "im").mkdir()
+    Image.new("RGB", (64, 64)).save(tmp_path / "im" / "a.png")
+    doc = {"images": [{"id": 1, "file_name": "a.png", "width": 64, "height": 64}],
+           "annotations": [{"id": 1, "image_id": 1, "bbox": [8, 8, 16, 16], "category_id": 0, "iscrowd": 0},
+                           {"id": 2, "image_id": 1, "bbox": [0, 0, 5, 5], "category_id": 1, "iscrowd": 0}],
+           "categories": [{"id": 0, "name": "a"}, {"id": 1, "name": "b"}]}
+    (tmp_path / "ann.json").write_text(_json.dumps(doc))
+    src = make_source(DataSpec(kind="coco", path=str(tmp_path / "im"), annotations=str(tmp_path / "ann.json")),
+                      PreprocessSpec(resize=(64, 64), mode="letterbox"), "images", 1)
+    res = evaluate(tmp_path / "fake.onnx", {"int8": {"images": 1.0}}, src, task="detection")
+    t = res["configs"]["int8"]["task"]
+    assert t["vs_fp32"]["map50_95"] == pytest.approx(1.0)  # same boxes as FP32
+    # class 0 found exactly (AP 1), class 1 box is elsewhere (AP 0): mean 0.5
+    assert t["vs_labels"]["map50_95"] == pytest.approx(0.5, abs=0.01)

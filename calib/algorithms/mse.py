@@ -14,12 +14,7 @@ def compute_amax(hist, num_bins: int = 2048, candidates: int = 512, start: float
     keep = counts > 0
     c, h = centers[keep], counts[keep]
     amaxes = np.linspace(start * top, top, candidates)
-    best, best_err = top, np.inf
-    for chunk in np.array_split(amaxes, max(1, candidates // 64)):
-        s = (chunk / 127.0)[:, None]
-        q = np.clip(np.rint(c[None, :] / s), -127, 127) * s
-        err = ((c[None, :] - q) ** 2 * h[None, :]).sum(axis=1)
-        j = int(np.argmin(err))
-        if err[j] < best_err:
-            best_err, best = float(err[j]), float(chunk[j])
-    return best
+    from calib.kernels import mse_errors
+
+    err = mse_errors(c.astype(np.float64), h.astype(np.float64), amaxes)
+    return float(amaxes[int(np.argmin(err))])
