@@ -83,7 +83,8 @@ def _run(recipe: Recipe, stage: Path) -> None:
     atomic_write_bytes(stage / qdq_name, q.SerializeToString())
     files += [qdq_name, "report.json", "report.md", "report.html", "run.log"]
     report = {"recipe": recipe.name, "recipe_file": recipe.source, "calib_version": calib.__version__,
-              "model": str(model_path), "model_sha256": info.sha256,
+              "model": recipe.model if recipe.model.startswith("zoo:") else str(model_path),
+              "model_sha256": info.sha256,
               "calibration": {"samples": samples, "data_fingerprint": fp, "algorithms": list(c.algorithms),
                               "params": used, "seconds": secs},
               "evaluation": {"samples": result["samples"], "configs": result["configs"]},
