@@ -104,3 +104,14 @@ def test_detection_evaluation_against_coco_labels(tmp_path):
     assert t["vs_fp32"]["map50_95"] == pytest.approx(1.0)  # same boxes as FP32
     # class 0 found exactly (AP 1), class 1 box is elsewhere (AP 0): mean 0.5
     assert t["vs_labels"]["map50_95"] == pytest.approx(0.5, abs=0.01)
+
+
+def test_report_drop_column():
+    from calib.evaluate.report import summary
+
+    ev = {"task": "classification", "configs": {
+        "a": {"task": {"agreement_top1": 0.9, "ref_top1": 0.8, "test_top1": 0.7}, "outputs": {}, "layers": []},
+        "b": {"task": {"agreement_top1": 0.95}, "outputs": {}, "layers": []}}}
+    s = summary(ev)
+    assert s["rows"]["a"]["drop"] == pytest.approx(0.1) and s["rows"]["b"]["drop"] == pytest.approx(0.05)
+    assert s["best"] == "b"

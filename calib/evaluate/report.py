@@ -52,9 +52,29 @@ def primary_score(entry: dict, task: str) -> float:
     return min(sq) if sq else -math.inf
 
 
+def drop(entry: dict, task: str, fp32_task: dict | None) -> float | None:
+    """The accuracy drop on the task's main metric: against labels where the data has them, else against FP32."""
+    t = entry.get("task") or {}
+    if task == "classification":
+        if "test_top1" in t:
+            return t["ref_top1"] - t["test_top1"]
+        return None if t.get("agreement_top1") is None else 1.0 - t["agreement_top1"]
+    if task == "detection":
+        if "vs_labels" in t and fp32_task and "vs_labels" in fp32_task:
+            return fp32_task["vs_labels"]["map50_95"] - t["vs_labels"]["map50_95"]
+        v = t.get("vs_fp32", {}).get("map50_95")
+        return None if v is None else 1.0 - v
+    return None
+
+
 def summary(evaluation: dict) -> dict:
     task = evaluation["task"]
-    rows = {n: task_metrics(e, task) for n, e in evaluation["configs"].items()}
+    rows = {}
+    for n, e in evaluation["configs"].items():
+        rows[n] = task_metrics(e, task)
+        d = drop(e, task, evaluation.get("fp32_task"))
+        if d is not None:
+            rows[n]["drop"] = d
     best = max(evaluation["configs"], key=lambda n: primary_score(evaluation["configs"][n], task))
     worst = {}
     for n, e in evaluation["configs"].items():
