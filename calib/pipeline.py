@@ -76,6 +76,7 @@ def _run(recipe: Recipe, stage: Path) -> None:
     espec = recipe.evaluation_data or recipe.calibration_data
     esrc = make_source(espec, recipe.preprocess, input_name, recipe.evaluation.batch_size)
     result = evaluate(model_path, amax, esrc, recipe.evaluation.task, recipe.evaluation.detection)
+    skipped = {"calibration": list(getattr(csrc, "bad", [])), "evaluation": list(getattr(esrc, "bad", []))}
     summ = summary(result)
     best = summ["best"]
     qdq_name = f"{Path(model_path).stem}.{best}.qdq.onnx"
@@ -85,6 +86,7 @@ def _run(recipe: Recipe, stage: Path) -> None:
     report = {"recipe": recipe.name, "recipe_file": recipe.source, "calib_version": calib.__version__,
               "model": recipe.model if recipe.model.startswith("zoo:") else str(model_path),
               "model_sha256": info.sha256,
+              "skipped_images": skipped,
               "calibration": {"samples": samples, "data_fingerprint": fp, "algorithms": list(c.algorithms),
                               "params": used, "seconds": secs},
               "evaluation": {"samples": result["samples"], "configs": result["configs"]},

@@ -91,6 +91,23 @@ def test_coco_and_yolo(tmp_path):
     (tmp_path / "y" / "labels" / "b.txt").write_text("2 0.5 0.5 0.25 0.5\n")
     ys = yolo_samples(tmp_path / "y")
     assert ys[0].classes.tolist() == [2]
+    assert np.allclose(ys[0].boxes, [[15, 7.5, 10, 15]])  # normalised cx,cy,w,h -> pixel x,y,w,h on 40x30
+    (tmp_path / "y" / "labels" / "b.txt").write_text("2 0.5 oops\n")
+    with pytest.raises(DataError, match="b.txt: not a YOLO label file"):
+        yolo_samples(tmp_path / "y")
+
+
+def test_empty_and_truncated(tmp_path):
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(DataError, match="empty: no images"):
+        folder_samples(tmp_path / "empty")
+    _img(tmp_path / "t" / "a.jpg", 64, 64)
+    _img(tmp_path / "t" / "b.jpg", 64, 64, seed=1)
+    data = (tmp_path / "t" / "b.jpg").read_bytes()
+    (tmp_path / "t" / "b.jpg").write_bytes(data[: len(data) // 2])  # truncated JPEG
+    src = make_source(DataSpec(kind="folder", path=str(tmp_path / "t"), max_bad=0.5), PreprocessSpec(resize=(8, 8)),
+                      "input", 4)
+    assert sum(b["input"].shape[0] for b in src) == 1 and src.bad == [str(tmp_path / "t" / "b.jpg")]
 
 
 def test_arrays(tmp_path):

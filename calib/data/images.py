@@ -100,7 +100,16 @@ def yolo_samples(path: str | Path) -> list[Sample]:
                 rows = np.loadtxt(txt, ndmin=2).reshape(-1, 5)
             except ValueError as exc:
                 raise DataError(f"{txt}: not a YOLO label file ({exc})") from None
-        samples.append(Sample(p, i, classes=rows[:, 0].astype(np.int64), extra={"yolo": rows[:, 1:]}))
+        boxes = None
+        try:
+            with Image.open(p) as im:  # reads the header only
+                w, h = im.size
+            cx, cy, bw, bh = (rows[:, k] for k in range(1, 5))
+            boxes = np.stack([(cx - bw / 2) * w, (cy - bh / 2) * h, bw * w, bh * h], 1)
+        except (OSError, UnidentifiedImageError):
+            pass  # reported when the image is loaded
+        samples.append(Sample(p, i, classes=rows[:, 0].astype(np.int64), boxes=boxes,
+                              extra={"yolo": rows[:, 1:]}))
     if not samples:
         raise DataError(f"{img_dir}: no images")
     return samples
@@ -121,8 +130,20 @@ def open_image(path: Path) -> Image.Image:
         return im.convert("RGB")
 
 
+def as_array(out) -> tuple[np.ndarray, object]:
+    """(array, letterbox) from a Preprocessor, or from any callable on a PIL image (a torchvision transform
+    returning a tensor, a function returning an ndarray)."""
+    if isinstance(out, tuple) and len(out) == 2:
+        return out
+    if hasattr(out, "detach"):  # a torch tensor, without importing torch here
+        out = out.detach().cpu().numpy()
+    return np.ascontiguousarray(out, dtype=np.float32 if np.asarray(out).dtype.kind == "f" else None), None
+
+
 class ImageSource:
-    """Preprocessed batches of images for one model input; unreadable images are skipped and counted."""
+    """Preprocessed batches of images for one model input; unreadable images are skipped and counted.
+
+    `preprocess` is a calib Preprocessor or any callable taking a PIL image (e.g. a torchvision transform)."""
 
     def __init__(self, samples: list[Sample], preprocess: Preprocessor, input_name: str, batch_size: int = 8,
                  max_bad: float = 0.1, label: str = "images"):
@@ -145,7 +166,7 @@ class ImageSource:
 
     def _load(self, s: Sample):
         try:
-            return self.pre(open_image(s.path))
+            return as_array(self.pre(open_image(s.path)))
         except (OSError, UnidentifiedImageError, ValueError) as exc:
             self.bad.append(str(s.path))
             log.warning("skipping unreadable image %s (%s)", s.path, exc.__class__.__name__)

@@ -67,9 +67,11 @@ class TorchvisionSource(ImageSource):
         super().__init__(samples, pre, input_name, batch_size, spec.max_bad, label=f"torchvision:{spec.name}")
 
     def _load(self, s: Sample):
+        from calib.data.images import as_array
+
         img, target = self.dataset[s.image_id]
         object.__setattr__(s, "label", int(target) if isinstance(target, int) else None)
-        return self.pre(img)
+        return as_array(self.pre(img.convert("RGB") if hasattr(img, "convert") else img))
 
 
 def make_source(spec: DataSpec, pre_spec: PreprocessSpec, input_name: str, batch_size: int):

@@ -148,6 +148,10 @@ def markdown(report: dict) -> str:
     for name, row in s["rows"].items():
         mark = " (best)" if name == s["best"] else ""
         lines.append(f"| {name}{mark} | " + " | ".join(_fmt(row.get(m), 3) for m in metrics) + " |")
+    sk = report.get("skipped_images") or {}
+    n_sk = sum(len(v) for v in sk.values())
+    if n_sk:
+        lines += ["", f"Skipped {n_sk} unreadable images: " + ", ".join(f"`{p}`" for v in sk.values() for p in v)]
     if report.get("fp32_task"):
         lines += ["", f"FP32 reference against itself: `{report['fp32_task']}`"]
     lines += ["", f"## Worst layers ({s['best']})", "", "| tensor | op | SQNR dB | cosine |", "|---|---|---|---|"]
