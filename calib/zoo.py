@@ -51,8 +51,8 @@ def home() -> Path:
     return Path(os.environ.get("CALIB_HOME", Path.home() / ".cache" / "calib")) / "zoo"
 
 
-def model_path(name: str) -> Path:
-    return home() / name / f"{name}.onnx"
+def model_path(name: str, root: Path | None = None) -> Path:
+    return (root or home()) / name / f"{name}.onnx"
 
 
 def _get(name: str) -> ZooModel:
@@ -110,10 +110,11 @@ def _mobilenet_v2(weights: Path):
     return buf.read_bytes()
 
 
-def fetch(name: str) -> Path:
-    """The ONNX file of a zoo model, downloading and converting it on first use."""
+def fetch(name: str, root: Path | None = None) -> Path:
+    """The ONNX file of a zoo model, downloading and converting it on first use (under `root`, default
+    $CALIB_HOME/zoo)."""
     spec = _get(name)
-    target = model_path(name)
+    target = model_path(name, root)
     if target.is_file():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)

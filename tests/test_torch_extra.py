@@ -51,12 +51,11 @@ def test_torchvision_dataset(tmp_path):
 
 
 @pytest.mark.slow
-def test_mobilenet_v2_zoo_export(tmp_path, monkeypatch):
+def test_mobilenet_v2_zoo_export(tmp_path):
     from calib import zoo
     from calib.runners.onnxruntime import OrtRunner
 
-    monkeypatch.setenv("CALIB_HOME", str(tmp_path))
-    path = zoo.fetch("mobilenet_v2")
+    path = zoo.fetch("mobilenet_v2", tmp_path / "zoo")
     x = np.random.default_rng(0).normal(0, 1, (2, 3, 224, 224)).astype(np.float32)
     net = tv.models.mobilenet_v2()
     spec = zoo.MODELS["mobilenet_v2"]
