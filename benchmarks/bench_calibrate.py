@@ -25,29 +25,39 @@ sys.path.insert(0, str(ROOT / "tests"))
 MODEL = ROOT / "tests" / "golden" / "trt86-h200" / "mobilenet_v2" / "mobilenet_v2_imagenet.onnx"
 
 
-def photos_u8(samples: int) -> np.ndarray:
-    """uint8 NHWC photos (the 256 golden ones repeated); every job preprocesses them batch by batch."""
+def photos_u8() -> np.ndarray:
+    """The 256 golden uint8 NHWC photos; every job preprocesses them batch by batch."""
     from conftest import _photos_224
 
-    x = np.load(_photos_224())
-    reps = -(-samples // x.shape[0])
-    return np.concatenate([x] * reps)[:samples]
+    return np.load(_photos_224())
 
 
 class Batches:
-    def __init__(self, u8: np.ndarray, batch: int):
-        self.u8, self.batch = u8, batch
+    """`samples` preprocessed samples cycling over the photos, so that the data held is the same at any size."""
+
+    def __init__(self, u8: np.ndarray, batch: int, samples: int):
+        self.u8, self.batch, self.samples = u8, batch, samples
+
+    def __len__(self) -> int:
+        return self.samples
 
     def __iter__(self):
         from calib.data.arrays import preset_transform
 
-        for i in range(0, len(self.u8), self.batch):
-            yield preset_transform(self.u8[i:i + self.batch], "imagenet", True)
+        for i in range(0, self.samples, self.batch):
+            idx = np.arange(i, min(self.samples, i + self.batch)) % len(self.u8)
+            yield preset_transform(self.u8[idx], "imagenet", True)
+
+
+class Source(Batches):
+    def __iter__(self):
+        for b in super().__iter__():
+            yield {"input": b}
 
 
 def job(name: str, samples: int, batch: int) -> dict:
-    u8 = photos_u8(samples)
-    batches = Batches(u8, batch)
+    u8 = photos_u8()
+    batches = Batches(u8, batch, samples)
     x = next(iter(batches))
     t0 = time.perf_counter()
     if name == "fp32":
@@ -60,7 +70,6 @@ def job(name: str, samples: int, batch: int) -> dict:
             s.run(None, {"input": b})
     elif name == "calib":
         from calib.calibrate import calibrate
-        from calib.data.arrays import ArraySource
 
         from calib.kernels import abs_histogram_fast, range_stats  # compile outside the timing
 
@@ -72,7 +81,7 @@ def job(name: str, samples: int, batch: int) -> dict:
         kl_divergences(np.ones(256), 128, 128, 1)
         mse_errors(np.ones(4), np.ones(4), np.ones(2))
         t0 = time.perf_counter()
-        calibrate(MODEL, ArraySource(u8, "input", batch, "imagenet"), ["minmax", "entropy", "percentile", "mse"])
+        calibrate(MODEL, Source(u8, batch, samples), ["minmax", "entropy", "percentile", "mse"])
     else:
         from onnxruntime.quantization import CalibrationDataReader, CalibrationMethod, create_calibrator
 
