@@ -93,3 +93,15 @@ def test_evaluate_with_layers_kept_in_float(tiny_model, tiny_data, tmp_path):
         rep = json.loads((tmp_path / name / "report.json").read_text())
         outs[name] = rep["evaluation"]["configs"]["minmax"]["outputs"]["logits"]["sqnr_db"]
     assert outs["fp_head"] > outs["all"]  # fewer quantised layers, less error
+
+
+def test_evaluate_accepts_a_cache_written_by_tensorrt(tmp_path):
+    from conftest import golden
+
+    r = invoke("evaluate", golden("cnn", "cnn.onnx"), "--cache", golden("cnn", "int8-entropy2.cache"), "--data",
+               golden("cnn", "cnn_calib.npy"), "--out", tmp_path)
+    assert r.exit_code == 0, r.output
+    rep = json.loads((tmp_path / "report.json").read_text())
+    trt_rel_l2 = json.loads(golden("cnn", "report.json").read_text())["int8-entropy2"]["rel_l2_vs_fp32"]["logits"]
+    ours = rep["evaluation"]["configs"]["int8-entropy2"]["outputs"]["logits"]["rel_l2"]
+    assert ours == pytest.approx(trt_rel_l2, rel=0.25)  # TensorRT 0.0101, the simulation 0.0094
