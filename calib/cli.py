@@ -64,6 +64,22 @@ def run(ctx, recipe, out, overrides, quiet):
 
 
 @main.command()
+@click.argument("recipe", type=click.Path(dir_okay=False))
+@click.option("--out", "-o", type=click.Path(file_okay=False), help="Output folder (default: <output>/sensitivity).")
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a recipe key (repeatable).")
+@click.pass_context
+@_handled
+def sensitivity(ctx, recipe, out, overrides):
+    """Rank layers of RECIPE's model by INT8 sensitivity and find the fewest to keep in FP16/FP32."""
+    from calib.recipe import load_recipe
+    from calib.sensitivity import run_sensitivity
+
+    r = load_recipe(recipe, overrides)
+    path = run_sensitivity(r, out, verbose=ctx.obj["verbose"])
+    click.echo(f"wrote {path}/sensitivity.md")
+
+
+@main.command()
 @click.argument("model", type=click.Path(dir_okay=False))
 @click.option("--data", required=True, type=click.Path(), help=".npy or .npz array of samples.")
 @click.option("--algo", default="minmax,entropy,percentile,mse", show_default=True, help="Comma-separated.")

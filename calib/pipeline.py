@@ -33,12 +33,16 @@ def _params(recipe: Recipe) -> dict:
 
 def run_recipe(recipe: Recipe, out: str | Path | None = None, verbose: bool = False) -> Path:
     """Run `recipe`; outputs appear in `out` only once everything has succeeded."""
-    out = Path(out or recipe.output)
+    return staged(Path(out or recipe.output), lambda stage: _run(recipe, stage), verbose)
+
+
+def staged(out: Path, work, verbose: bool = False) -> Path:
+    """Call work(stage) on a temporary folder beside `out`; move its files into `out` only if it succeeds."""
     out.parent.mkdir(parents=True, exist_ok=True)
     stage = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
         setup_logging(verbose, stage / "run.log")
-        _run(recipe, stage)
+        work(stage)
         logging.getLogger("calib").handlers[-1].close()
         setup_logging(verbose)
         out.mkdir(exist_ok=True)

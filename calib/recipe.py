@@ -76,6 +76,17 @@ class EvaluationSpec:
 
 
 @dataclass(frozen=True)
+class SensitivitySpec:
+    algorithm: str = "minmax"  # whose scales the search starts from
+    metric: str = field(default="output_sqnr", metadata={"choices": ("top1_agreement", "map50", "output_sqnr")})
+    max_drop: float = 0.01  # allowed drop vs FP32 of top1_agreement / map50 (as 0-1)
+    min_sqnr_db: float = 25.0  # the floor for output_sqnr (FP32 against itself is infinite)
+    samples: int = 8  # evaluation images used by the search
+    both: bool = True  # also rank with only this layer quantized
+    precision: str = field(default="fp16", metadata={"choices": ("fp16", "fp32")})
+
+
+@dataclass(frozen=True)
 class Recipe:
     name: str
     model: str = field(metadata=PATH)  # a .onnx path or zoo:<name>
@@ -84,6 +95,7 @@ class Recipe:
     preprocess: PreprocessSpec = PreprocessSpec()
     calibration: CalibrationSpec = CalibrationSpec()
     evaluation: EvaluationSpec = EvaluationSpec()
+    sensitivity: SensitivitySpec = SensitivitySpec()
     output: str = field(default="runs/out", metadata={"path": True, "output": True})
     source: str = ""  # the recipe file, filled in by load_recipe
 

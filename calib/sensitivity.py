@@ -1,0 +1,97 @@
+"""`calib sensitivity`: rank layers by how much INT8 hurts them, then find the fewest to keep in FP16/FP32."""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import onnx
+
+from calib.calibrate import collect, compute_all
+from calib.data.sources import make_source
+from calib.errors import CalibError
+from calib.evaluate.report import _png
+from calib.fallback import Scorer, budget_target, layer_precisions, quantizable_layers, rank, search
+from calib.io import atomic_write_bytes, atomic_write_json, atomic_write_text
+from calib.model import inspect_model
+from calib.pipeline import staged
+from calib.qdq import Exclusions, insert_qdq
+from calib.recipe import Recipe
+from calib.zoo import resolve
+
+log = logging.getLogger(__name__)
+
+
+def _chart(curve, fp32: float, target: float, metric: str) -> str:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 3.2))
+    ks, vs = zip(*curve)
+    ax.plot(ks, vs, "o-", label="INT8 with the k most sensitive layers in float")
+    if fp32 < 1e9:
+        ax.axhline(fp32, color="k", lw=1, label="FP32")
+    ax.axhline(target, color="tab:red", ls="--", lw=1, label="budget")
+    ax.set_xlabel("layers kept in higher precision")
+    ax.set_ylabel(metric)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return _png(fig)
+
+
+def run_sensitivity(recipe: Recipe, out: str | Path | None = None, verbose: bool = False) -> Path:
+    out = Path(out) if out else Path(recipe.output) / "sensitivity"
+    return staged(out, lambda stage: _sensitivity(recipe, stage), verbose)
+
+
+def _sensitivity(recipe: Recipe, stage: Path) -> None:
+    spec = recipe.sensitivity
+    model_path = resolve(recipe.model)
+    info = inspect_model(model_path)
+    name = info.inputs[0][0]
+    csrc = make_source(recipe.calibration_data, recipe.preprocess, name, recipe.calibration.batch_size)
+    info, stats, samples, _ = collect(model_path, csrc, label=recipe.calibration_data.path, info=info)
+    if spec.algorithm not in recipe.calibration.algorithms and spec.algorithm not in ("minmax", "entropy",
+                                                                                     "percentile", "mse"):
+        raise CalibError(f"{recipe.source}: sensitivity.algorithm: unknown algorithm '{spec.algorithm}'")
+    amax, _, _ = compute_all(stats, info.activations, [spec.algorithm],
+                             {"percentile": {"percentile": recipe.calibration.percentile}})
+    amax = amax[spec.algorithm]
+    esrc = make_source(recipe.evaluation_data or recipe.calibration_data, recipe.preprocess, name,
+                       recipe.evaluation.batch_size)
+    batches, n = [], 0
+    for feed, _, boxes in esrc.iter_with_meta():
+        batches.append((feed, boxes))
+        n += len(boxes)
+        if n >= spec.samples:
+            break
+    model = onnx.load(str(model_path))
+    scorer = Scorer(model, amax, batches, spec.metric, recipe.evaluation.detection)
+    layers = quantizable_layers(model)
+    ranking = rank(scorer, layers, spec.both)
+    target = budget_target(spec.metric, scorer.fp32_score, spec.max_drop, spec.min_sqnr_db)
+    found = search(scorer, ranking, target)
+    log.info("%s: FP32 %.4g, INT8 %.4g; %d layers in %s reach %.4g (budget %.4g)", spec.metric,
+             found["fp32_score"], found["int8_score"], len(found["float_layers"]), spec.precision, found["score"],
+             target)
+    result = {"recipe": recipe.name, "algorithm": spec.algorithm, "metric": spec.metric, "max_drop": spec.max_drop,
+              "samples": n, "calibration_samples": samples, "layers": len(layers), "ranking": ranking, **found}
+    atomic_write_json(stage / "sensitivity.json", result)
+    atomic_write_text(stage / "layer_precisions.txt", layer_precisions(found["float_layers"], spec.precision))
+    atomic_write_text(stage / "exclude.txt", "".join(f"{n}\n" for n in found["float_layers"]))
+    q = insert_qdq(model, amax, Exclusions(tuple(found["float_layers"])))
+    atomic_write_bytes(stage / f"{Path(model_path).stem}.{spec.algorithm}.fallback.qdq.onnx", q.SerializeToString())
+    rows = "\n".join(f"| `{r['layer']}` | {r['all_but_this']:.4g} | {r.get('only_this', float('nan')):.4g} | "
+                     f"{r['gain']:+.4g} |" for r in ranking[:20])
+    md = (f"# Sensitivity: {recipe.name}\n\n{spec.metric} on {n} images, {spec.algorithm} scales: FP32 "
+          f"{found['fp32_score']:.4g}, INT8 {found['int8_score']:.4g}, budget {target:.4g}.\n\n"
+          f"Keep {len(found['float_layers'])} of {len(layers)} layers in {spec.precision}: "
+          f"{', '.join(found['float_layers']) or '(none)'} -> {found['score']:.4g} "
+          f"({'meets' if found['met'] else 'misses'} the budget).\n\n"
+          f"| layer | score with it in float | score with only it in INT8 | gain |\n|---|---|---|---|\n{rows}\n")
+    atomic_write_text(stage / "sensitivity.md", md)
+    png = _chart(found["curve"], found["fp32_score"], target, spec.metric)
+    atomic_write_text(stage / "sensitivity.html", f'<!doctype html><meta charset="utf-8"><title>sensitivity</title>'
+                      f'<body style="font-family:sans-serif;max-width:1000px;margin:2em">'
+                      f'<img src="data:image/png;base64,{png}"><pre>{md}</pre></body>')

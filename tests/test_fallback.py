@@ -1,0 +1,68 @@
+"""The sensitivity ranking and the fallback search on a graph with one known sensitive layer."""
+import numpy as np
+import onnx
+import pytest
+from click.testing import CliRunner
+from onnx import TensorProto, helper, numpy_helper
+
+from calib.calibrate import calibrate
+from calib.fallback import Scorer, budget_target, layer_precisions, quantizable_layers, rank, search
+
+
+def sensitive_model(path):
+    """convA multiplies channel 1 by 1000, so one per-tensor int8 scale at convB's input wipes out channel 0,
+    which carries convB's output: convB is the layer that must stay in float; convA is harmless."""
+    wa = np.array([[1.0, 0.0], [0.0, 1000.0]], np.float32).reshape(2, 2, 1, 1)
+    wb = np.array([[1.0, 1e-4]], np.float32).reshape(1, 2, 1, 1)
+    nodes = [helper.make_node("Conv", ["input", "wa"], ["ta"], name="convA"),
+             helper.make_node("Conv", ["ta", "wb"], ["out"], name="convB")]
+    g = helper.make_graph(nodes, "sens", [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["N", 2, 4, 4])],
+                          [helper.make_tensor_value_info("out", TensorProto.FLOAT, ["N", 1, 4, 4])],
+                          [numpy_helper.from_array(wa, "wa"), numpy_helper.from_array(wb, "wb")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    onnx.save(m, str(path))
+    return path
+
+
+def test_finds_the_sensitive_layer(tmp_path):
+    p = sensitive_model(tmp_path / "s.onnx")
+    x = np.random.default_rng(0).uniform(0.1, 1.0, (16, 2, 4, 4)).astype(np.float32)
+    amax = calibrate(p, x, ["minmax"]).amax["minmax"]
+    m = onnx.load(str(p))
+    scorer = Scorer(m, amax, [({"input": x[:8]}, None), ({"input": x[8:]}, None)], "output_sqnr")
+    layers = quantizable_layers(m)
+    assert layers == ["convA", "convB"]
+    ranking = rank(scorer, layers)
+    assert ranking[0]["layer"] == "convB" and ranking[0]["gain"] > 20
+    assert scorer.score(()) < 15
+    found = search(scorer, ranking, budget_target("output_sqnr", scorer.fp32_score, 0, 30.0))
+    assert found["float_layers"] == ["convB"] and found["met"]
+    runs = scorer.runs
+    search(scorer, ranking, 30.0)
+    assert scorer.runs == runs  # every variant came from the cache
+    assert layer_precisions(found["float_layers"]) == "convB=fp16\n"
+
+
+def test_agreement_budget_target():
+    assert budget_target("top1_agreement", 1.0, 0.05, 99) == pytest.approx(0.95)
+    assert budget_target("output_sqnr", float("inf"), 0.05, 30.0) == 30.0
+
+
+def test_sensitivity_command(tmp_path):
+    from calib.cli import main
+
+    sensitive_model(tmp_path / "s.onnx")
+    rng = np.random.default_rng(0)
+    np.save(tmp_path / "x.npy", rng.uniform(0.1, 1, (8, 2, 4, 4)).astype(np.float32))
+    (tmp_path / "r.yaml").write_text("""
+name: s
+model: s.onnx
+calibration_data: {kind: npy, path: x.npy}
+sensitivity: {metric: output_sqnr, min_sqnr_db: 30, samples: 8}
+output: out
+""")
+    r = CliRunner().invoke(main, ["--quiet", "sensitivity", str(tmp_path / "r.yaml")])
+    assert r.exit_code == 0, r.output
+    assert (tmp_path / "out" / "sensitivity" / "exclude.txt").read_text() == "convB\n"
+    assert (tmp_path / "out" / "sensitivity" / "layer_precisions.txt").read_text() == "convB=fp16\n"
