@@ -102,6 +102,11 @@ def collect(model_path: str | Path, source, micro_batch: int = 8, nbins: int = D
             pbar.update(n)
     if samples == 0:
         raise DataError(f"{label}: no samples")
+    for name, h in stats.hists.items():
+        if h.nonfinite:
+            log.warning("tensor '%s': %d NaN/Inf values (left out of its statistics)", name, h.nonfinite)
+        if h.count == 0:
+            raise DataError(f"tensor '{name}': every value is NaN or Inf; no scale can be computed")
     return info, stats, samples, digest.hexdigest()
 
 

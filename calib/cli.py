@@ -22,8 +22,12 @@ def _handled(fn):
         except CalibError as exc:
             click.echo(f"error: {exc}", err=True)
             sys.exit(exc.exit_code)
+        except OSError as exc:  # a read-only folder, a full disk: name the file, no traceback
+            where = exc.filename or "output"
+            click.echo(f"error: {where}: {exc.strerror or exc}", err=True)
+            sys.exit(2)
         except KeyboardInterrupt:
-            click.echo("interrupted", err=True)
+            click.echo("interrupted: nothing was written", err=True)
             sys.exit(130)
 
     return wrapper

@@ -46,4 +46,6 @@ def setup_logging(verbose: bool = False, log_file=None) -> None:
         fh.setLevel(logging.DEBUG)
         fh.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
         root.addHandler(fh)
+    if not root.handlers:
+        root.addHandler(logging.NullHandler())  # quiet: not even logging's last-resort handler
     root.propagate = False

@@ -184,6 +184,9 @@ class ImageSource:
             if got is None:
                 continue
             good += 1
+            if xs and got[0].shape != xs[0].shape:
+                raise DataError(f"{s.path}: preprocessed to shape {list(got[0].shape)}, the batch has "
+                                f"{list(xs[0].shape)} (set preprocess.resize for images of different sizes)")
             xs.append(got[0])
             ss.append(s)
             bs.append(got[1])

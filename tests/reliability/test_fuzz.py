@@ -1,0 +1,63 @@
+"""The cache parser and the recipe loader on arbitrary input: a valid result or calib's own error, nothing else."""
+import math
+import struct
+
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from calib.cache import format_cache, parse_cache
+from calib.errors import CalibError
+from calib.recipe import load_recipe
+
+names = st.text(st.characters(blacklist_categories=("Cc", "Cs"), blacklist_characters="\n\r"), min_size=1,
+                max_size=30).filter(lambda s: s.strip() == s and not s.endswith(":"))
+
+
+@settings(max_examples=1500, deadline=None)
+@given(st.text(max_size=400))
+def test_cache_parser_never_crashes(text):
+    try:
+        c = parse_cache(text)
+    except CalibError:
+        return
+    assert all(math.isfinite(v) and v >= 0 for v in c.scales.values())
+
+
+@settings(max_examples=800, deadline=None)
+@given(st.dictionaries(names, st.floats(min_value=0, max_value=1e30, allow_nan=False), min_size=1, max_size=20))
+def test_cache_round_trip(amax):
+    c = parse_cache(format_cache(amax))
+    assert list(c.scales) == list(amax)
+    for k, v in amax.items():
+        want = struct.unpack(">f", struct.pack(">f", v / 127.0 if v / 127.0 < 3.4e38 else 0))[0]
+        assert c.scales[k] == want or math.isclose(c.scales[k], v / 127, rel_tol=1e-6)
+
+
+values = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(max_size=20),
+                      lambda ch: st.lists(ch, max_size=4) | st.dictionaries(st.text(max_size=12), ch, max_size=4),
+                      max_leaves=20)
+keys = st.sampled_from(["name", "model", "calibration_data", "preprocess", "calibration", "evaluation", "output",
+                        "sensitivity", "evaluation_data", "calibraton", "kind", "path"])
+
+
+@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.dictionaries(keys, values, max_size=6) | values)
+def test_recipe_loader_never_crashes(tmp_path, doc):
+    p = tmp_path / "r.yaml"
+    p.write_text(yaml.safe_dump(doc))
+    try:
+        load_recipe(p)
+    except CalibError:
+        pass
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.binary(max_size=200))
+def test_recipe_loader_on_raw_bytes(tmp_path, data):
+    p = tmp_path / "r.yaml"
+    p.write_bytes(data)
+    try:
+        load_recipe(p)
+    except CalibError:
+        pass
