@@ -26,11 +26,12 @@ METRICS = ("top1_agreement", "map50", "output_sqnr")
 
 
 def quantizable_layers(model: onnx.ModelProto) -> list[str]:
-    """Names of the nodes that get Q/DQ inputs, in graph order."""
+    """Names of the nodes that get Q/DQ inputs, in graph order (an unnamed node goes by its first output)."""
     seen = []
     for ni, _, _ in quantized_inputs(model):
-        name = model.graph.node[ni].name
-        if name and name not in seen:
+        node = model.graph.node[ni]
+        name = node.name or node.output[0]
+        if name not in seen:
             seen.append(name)
     return seen
 

@@ -66,3 +66,11 @@ output: out
     assert r.exit_code == 0, r.output
     assert (tmp_path / "out" / "sensitivity" / "exclude.txt").read_text() == "convB\n"
     assert (tmp_path / "out" / "sensitivity" / "layer_precisions.txt").read_text() == "convB=fp16\n"
+
+
+def test_unnamed_nodes_go_by_their_output(tmp_path):
+    p = sensitive_model(tmp_path / "s.onnx")
+    m = onnx.load(str(p))
+    for n in m.graph.node:
+        n.name = ""
+    assert quantizable_layers(m) == ["ta", "out"]
