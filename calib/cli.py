@@ -116,12 +116,13 @@ def calibrate(model, data, algo, batch_size, preprocess, percentile, trt_version
 @click.option("--batch-size", default=8, show_default=True, type=click.IntRange(1))
 @click.option("--task", default="outputs", show_default=True, type=click.Choice(["outputs", "classification"]))
 @click.option("--ignore-hash", is_flag=True, help="Use a cache whose sidecar names another model.")
+@click.option("--allow-unknown", is_flag=True, help="Use a cache naming tensors the model lacks (ignored).")
 @click.option("--exclude", multiple=True,
               help="Keep in float (per-layer precision): node/output name glob or op:<OpType>; repeatable.")
 @click.option("--layerwise/--no-layerwise", default=True, show_default=True, help="Compare every tensor.")
 @click.option("--out", "-o", required=True, type=click.Path(file_okay=False))
 @_handled
-def evaluate(model, caches, data, preprocess, batch_size, task, ignore_hash, exclude, layerwise, out):
+def evaluate(model, caches, data, preprocess, batch_size, task, ignore_hash, allow_unknown, exclude, layerwise, out):
     """Compare MODEL in FP32 with its INT8 simulation under each --cache; write a report to OUT."""
     from calib.cache import check_model_hash, read_cache, validate_against
     from calib.data.arrays import ArraySource, load_array
@@ -134,7 +135,7 @@ def evaluate(model, caches, data, preprocess, batch_size, task, ignore_hash, exc
     configs = {}
     for c in caches:
         cf = read_cache(c)
-        validate_against(cf, info.activations)
+        validate_against(cf, info.activations, allow_unknown)
         check_model_hash(c, info.sha256, ignore_hash)
         name = Path(c).stem
         configs[name if name not in configs else c] = cf.amaxes()
@@ -220,10 +221,11 @@ def cache_diff(a, b, top):
 @click.option("--carrier", default="EntropyCalibration2", show_default=True)
 @click.option("--trt-version", default=None, help="Header digits (default: keep).")
 @click.option("--exclude", multiple=True, help="Keep in float: node/output name glob or op:<OpType>.")
-@click.option("--ignore-hash", is_flag=True)
+@click.option("--ignore-hash", is_flag=True, help="Use a cache whose sidecar names another model.")
+@click.option("--allow-unknown", is_flag=True, help="Use a cache naming tensors the model lacks (ignored).")
 @click.option("--out", "-o", required=True, type=click.Path(dir_okay=False))
 @_handled
-def cache_convert(file, model, fmt, carrier, trt_version, exclude, ignore_hash, out):
+def cache_convert(file, model, fmt, carrier, trt_version, exclude, ignore_hash, allow_unknown, out):
     """Turn a cache into a Q/DQ ONNX model (TensorRT explicit quantization) or relabel its header."""
     from calib.cache import check_model_hash, read_cache, validate_against, write_cache
     from calib.io import atomic_write_bytes
@@ -232,7 +234,7 @@ def cache_convert(file, model, fmt, carrier, trt_version, exclude, ignore_hash, 
 
     c = read_cache(file)
     info = inspect_model(model)
-    validate_against(c, info.activations)
+    validate_against(c, info.activations, allow_unknown)
     check_model_hash(file, info.sha256, ignore_hash)
     if fmt == "cache":
         write_cache(out, c.amaxes(), trt_version or c.version, carrier)

@@ -1,0 +1,49 @@
+"""Bad caches through the command line: one line naming the file, exit 2, nothing written."""
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from calib.cli import main
+from conftest import conv_relu_gap
+from reliability.test_bad_inputs import one_line_failure
+
+GOOD = "TRT-8600-EntropyCalibration2\ninput: 3c010204\nconv1: 3c810204\n"
+
+
+@pytest.mark.parametrize("text,needle", [
+    ("", "empty file"),
+    ("TRT-8600-EntropyCalib\ninput 3c010204\n", "line 2"),  # no ': ' separator
+    ("HELLO\ninput: 3c010204\n", "line 1"),
+    ("TRT-8600-EntropyCalibration2\ninput: 3c010204\ninput: 3c010204\n", "twice"),
+    ("TRT-8600-EntropyCalibration2\ninput: 3c01zz04\n", "line 2"),
+    ("TRT-8600-EntropyCalibration2\ninput: 7f800000\n", "scale inf"),
+    ("TRT-8600-EntropyCalibration2\ninput: 3c0102", "line 2"),  # truncated value
+    ("TRT-8600-EntropyCalibration2\nother_model_tensor: 3c010204\n", "not in the model"),
+])
+def test_bad_cache(tmp_path, text, needle):
+    model = conv_relu_gap(tmp_path / "m.onnx")
+    (tmp_path / "c.cache").write_text(text)
+    r = CliRunner().invoke(main, ["cache", "convert", str(tmp_path / "c.cache"), "--model", str(model), "--to", "qdq",
+                                  "-o", str(tmp_path / "q.onnx")])
+    one_line_failure(r, "c.cache", needle)
+    assert r.exit_code == 2 and not (tmp_path / "q.onnx").exists()
+
+
+def test_other_model_hash_and_override(tmp_path):
+    model = conv_relu_gap(tmp_path / "m.onnx")
+    (tmp_path / "c.cache").write_text(GOOD)
+    (tmp_path / "c.json").write_text(json.dumps({"algorithm": "minmax", "amax": {}, "model_sha256": "0" * 64}))
+    args = ["cache", "convert", str(tmp_path / "c.cache"), "--model", str(model), "--to", "qdq", "-o",
+            str(tmp_path / "q.onnx")]
+    one_line_failure(CliRunner().invoke(main, args), "c.json", "--ignore-hash")
+    assert CliRunner().invoke(main, [*args, "--ignore-hash"]).exit_code == 0
+
+
+def test_unknown_tensors_override(tmp_path):
+    model = conv_relu_gap(tmp_path / "m.onnx")
+    (tmp_path / "c.cache").write_text(GOOD + "ghost: 3c010204\n")
+    args = ["cache", "convert", str(tmp_path / "c.cache"), "--model", str(model), "--to", "qdq", "-o",
+            str(tmp_path / "q.onnx")]
+    one_line_failure(CliRunner().invoke(main, args), "'ghost'", "--allow-unknown")
+    assert CliRunner().invoke(main, [*args, "--allow-unknown"]).exit_code == 0
