@@ -152,3 +152,9 @@ def test_ctrl_c_during_the_pass_leaves_nothing(workdir):
     with pytest.raises(KeyboardInterrupt):
         cal.calibrate(workdir / "tiny.onnx", Interrupting(), ["minmax"], out=workdir / "c")
     assert no_files(workdir / "c")
+
+
+def test_unwritable_output_location(workdir):
+    (workdir / "afile").write_text("x")
+    r = run(workdir, extra=("--out", str(workdir / "afile" / "out")))
+    one_line_failure(r, "afile")
