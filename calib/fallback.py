@@ -11,11 +11,10 @@ import logging
 import math
 from dataclasses import dataclass, field
 
-import numpy as np
 import onnx
 
-from calib.evaluate.detect import decode, split_outputs, xyxy_to_xywh
-from calib.evaluate.metrics import TensorStats, coco_map
+from calib.evaluate.detect import DetectionTally
+from calib.evaluate.metrics import Classification, TensorStats
 from calib.progress import bar
 from calib.qdq import Exclusions, insert_qdq, quantized_inputs
 from calib.recipe import DetectionSpec
@@ -61,10 +60,10 @@ class Scorer:
 
     def _score(self, outs: list[dict], metric: str) -> float:
         if metric == "top1_agreement":
-            o = self.outputs[0]
-            agree = sum(int((r[o].reshape(len(r[o]), -1).argmax(1) == t[o].reshape(len(t[o]), -1).argmax(1)).sum())
-                        for r, t in zip(self.ref, outs))
-            return agree / sum(len(r[o]) for r in self.ref)
+            c = Classification()
+            for r, t in zip(self.ref, outs):
+                c.update(r[self.outputs[0]], t[self.outputs[0]])
+            return c.result()["agreement_top1"]
         if metric == "output_sqnr":
             worst = math.inf
             for o in self.outputs:
@@ -73,19 +72,13 @@ class Scorer:
                     s.update(r[o], t[o])
                 worst = min(worst, s.result()["sqnr_db"])
             return worst
-        images, gt, dets, iid = [], [], [], 0
-        for (feed, boxes), r, t in zip(self.batches, self.ref, outs):
-            rb, rs = split_outputs(r, self.detection)
-            tb, ts = split_outputs(t, self.detection)
-            for j in range(len(rb)):
-                lb = boxes[j] if boxes else None
-                images.append((iid, lb.width if lb else 1, lb.height if lb else 1))
-                g = decode(rb[j], rs[j], self.detection, letterbox=lb)
-                gt += [(iid, b, c) for b, c in zip(xyxy_to_xywh(g.boxes), g.classes)]
-                d = decode(tb[j], ts[j], self.detection, conf=0.001, letterbox=lb)
-                dets += [(iid, b, float(s), int(c)) for b, s, c in zip(xyxy_to_xywh(d.boxes), d.scores, d.classes)]
-                iid += 1
-        return coco_map(images, gt, dets)["map50"] if gt else 1.0
+        tally = DetectionTally(self.detection, ["test"], self.outputs, score_reference=False)
+        first = 0
+        for (_, boxes), r, t in zip(self.batches, self.ref, outs):
+            n = len(next(iter(r.values())))
+            tally.update(r, {"test": t}, [None] * n, boxes or [None] * n, first)
+            first += n
+        return tally.map_vs_fp32("test")["map50"] if tally.pseudo else 1.0
 
     def score(self, float_layers) -> float:
         key = frozenset(float_layers)

@@ -4,13 +4,12 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-import numpy as np
 
 from calib.cache import read_cache
 from calib.errors import DataError
-from calib.evaluate.detect import decode, split_outputs, xyxy_to_xywh
+from calib.evaluate.detect import DetectionTally
 from calib.evaluate.layerwise import Comparison, Simulator
-from calib.evaluate.metrics import Classification, coco_map
+from calib.evaluate.metrics import Classification
 from calib.model import inspect_model
 from calib.progress import bar
 from calib.recipe import DetectionSpec
@@ -35,44 +34,6 @@ def _batches(source):
             yield b, [None] * n, [None] * n
 
 
-class _DetectionTask:
-    def __init__(self, spec: DetectionSpec, names, model_outputs):
-        self.spec, self.names, self.model_outputs = spec, names, list(model_outputs)
-        self.images, self.gt, self.pseudo = [], [], []
-        self.dets = {n: [] for n in ["fp32", *names]}
-
-    def update(self, ref: dict, tests: dict, samples, boxes_meta, first_id: int) -> None:
-        outs = {"fp32": ref, **tests}
-        split = {k: split_outputs({o: v[o] for o in v if o in self._out_names(v)}, self.spec) for k, v in
-                 outs.items()}
-        for j, (s, lb) in enumerate(zip(samples, boxes_meta)):
-            iid = first_id + j
-            w, h = (lb.width, lb.height) if lb is not None else (1, 1)
-            self.images.append((iid, w, h))
-            if s is not None and s.boxes is not None:
-                self.gt += [(iid, b, c) for b, c in zip(s.boxes, s.classes)]
-            strong = decode(split["fp32"][0][j], split["fp32"][1][j], self.spec, letterbox=lb)
-            self.pseudo += [(iid, b, c) for b, c in zip(xyxy_to_xywh(strong.boxes), strong.classes)]
-            for k, (bx, sc) in split.items():
-                d = decode(bx[j], sc[j], self.spec, conf=0.001, letterbox=lb)
-                self.dets[k] += [(iid, b, float(p), int(c)) for b, p, c in
-                                 zip(xyxy_to_xywh(d.boxes), d.scores, d.classes)]
-
-    def _out_names(self, v):
-        return [o for o in self.model_outputs if o in v]
-
-    def result(self) -> dict:
-        res = {}
-        for k, dets in self.dets.items():
-            r = {"vs_fp32": coco_map(self.images, self.pseudo, dets)}
-            if self.gt:
-                r["vs_labels"] = coco_map(self.images, self.gt, dets)
-            r["detections"] = len(dets)
-            res[k] = r
-        res["fp32_boxes"] = len(self.pseudo)
-        return res
-
-
 def evaluate(model, caches: dict, source, task: str = "outputs", detection: DetectionSpec = DetectionSpec(),
              exclude: dict | None = None, layerwise: bool = True) -> dict:
     """Compare FP32 with INT8 simulations, one per entry of `caches` (name -> cache path or {tensor: amax})."""
@@ -81,7 +42,7 @@ def evaluate(model, caches: dict, source, task: str = "outputs", detection: Dete
     sim = Simulator(model, info, configs, exclude, layerwise)
     comps = {n: Comparison(n) for n in configs}
     cls = {n: Classification() for n in configs}
-    det = _DetectionTask(detection, list(configs), info.outputs) if task == "detection" else None
+    det = DetectionTally(detection, list(configs), info.outputs) if task == "detection" else None
     n = 0
     total = len(source) if hasattr(source, "__len__") else None
     with bar("evaluate", total=total) as pbar:

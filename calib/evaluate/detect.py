@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from calib.evaluate.metrics import Detections
+from calib.evaluate.metrics import Detections, coco_map
 from calib.recipe import DetectionSpec
 
 
@@ -65,3 +65,48 @@ def decode(boxes: np.ndarray, scores: np.ndarray, spec: DetectionSpec, conf: flo
 def xyxy_to_xywh(b: np.ndarray) -> np.ndarray:
     b = np.asarray(b, np.float64).reshape(-1, 4)
     return np.stack([b[:, 0], b[:, 1], b[:, 2] - b[:, 0], b[:, 3] - b[:, 1]], 1)
+
+
+class DetectionTally:
+    """Detections of FP32 and of each test configuration, image by image, for mAP through pycocotools.
+
+    FP32's confident detections are the pseudo-labels; every model's low-threshold detections are scored
+    against them (and against the dataset's own boxes where samples carry them). With `score_reference`
+    FP32 is scored too (1.0 against itself: a check that decoding is consistent)."""
+
+    def __init__(self, spec: DetectionSpec, names, model_outputs, score_reference: bool = True):
+        self.spec, self.model_outputs = spec, list(model_outputs)
+        self.images, self.gt, self.pseudo = [], [], []
+        self.dets = {n: [] for n in (["fp32"] if score_reference else []) + list(names)}
+
+    def update(self, ref: dict, tests: dict, samples, letterboxes, first_id: int) -> None:
+        """One batch: `ref` and each of `tests` (name -> outputs) are a model's outputs on the same images."""
+        outs = {"fp32": ref, **tests}
+        split = {k: split_outputs({o: v[o] for o in self.model_outputs}, self.spec) for k, v in outs.items()
+                 if k in self.dets or k == "fp32"}
+        for j, (s, lb) in enumerate(zip(samples, letterboxes)):
+            iid = first_id + j
+            self.images.append((iid, lb.width, lb.height) if lb is not None else (iid, 1, 1))
+            if s is not None and s.boxes is not None:
+                self.gt += [(iid, b, c) for b, c in zip(s.boxes, s.classes)]
+            strong = decode(split["fp32"][0][j], split["fp32"][1][j], self.spec, letterbox=lb)
+            self.pseudo += [(iid, b, c) for b, c in zip(xyxy_to_xywh(strong.boxes), strong.classes)]
+            for k in self.dets:
+                bx, sc = split[k]
+                d = decode(bx[j], sc[j], self.spec, conf=0.001, letterbox=lb)
+                self.dets[k] += [(iid, b, float(p), int(c)) for b, p, c in
+                                 zip(xyxy_to_xywh(d.boxes), d.scores, d.classes)]
+
+    def map_vs_fp32(self, name: str) -> dict:
+        return coco_map(self.images, self.pseudo, self.dets[name])
+
+    def result(self) -> dict:
+        res = {}
+        for k, dets in self.dets.items():
+            r = {"vs_fp32": self.map_vs_fp32(k)}
+            if self.gt:
+                r["vs_labels"] = coco_map(self.images, self.gt, dets)
+            r["detections"] = len(dets)
+            res[k] = r
+        res["fp32_boxes"] = len(self.pseudo)
+        return res
