@@ -35,63 +35,23 @@ def range_stats(flat, nchunks):
 
 
 @njit(parallel=True, cache=True, nogil=True)
-def abs_histogram(flat, inv_width, nbins, nchunks):
-    """One pass: counts of floor(|x| * inv_width) plus (min, max, nonfinite, overflow).
-
-    Values at or past nbins bins are not counted but reported as overflow (the caller widens the bins and
-    counts again); non-finite values are skipped. Exact zeros (half of a Relu output) are counted in a
-    register and two interleaved sub-histograms keep repeated bins from serialising the increments."""
+def abs_histogram_finite(flat, inv_width, nbins, nchunks):
+    """Counts of floor(|x| * inv_width) over the finite values only (NaN and inf are skipped); the caller has
+    already widened the bins to cover every finite value. The careful path for data with non-finite values."""
     n = flat.size
     step = (n + nchunks - 1) // nchunks
-    local = np.zeros((nchunks, 2, nbins), np.int64)
-    amaxs = np.zeros(nchunks)
-    mins = np.full(nchunks, np.inf)
-    maxs = np.full(nchunks, -np.inf)
-    zeros = np.zeros(nchunks, np.int64)
-    bad = np.zeros(nchunks, np.int64)
-    over = np.zeros(nchunks, np.int64)
-    top = np.float64(nbins)
+    local = np.zeros((nchunks, nbins), np.int64)
     for c in prange(nchunks):
         lo = c * step
         hi = min(n, lo + step)
-        mn = np.inf
-        mx = -np.inf
-        nz = 0
-        nb = 0
-        no = 0
-        h0 = local[c, 0]
-        h1 = local[c, 1]
         for i in range(lo, hi):
             x = flat[i]
-            if x == 0.0:
-                nz += 1
-                continue
-            v = abs(x) * inv_width
-            if v < top:
-                if i & 1:
-                    h1[int(v)] += 1
-                else:
-                    h0[int(v)] += 1
-            elif x - x == 0.0:
-                no += 1
-            else:
-                nb += 1
-                continue
-            mn = min(mn, x)
-            mx = max(mx, x)
-        if nz:
-            mn = min(mn, 0.0)
-            mx = max(mx, 0.0)
-        mins[c] = mn
-        maxs[c] = mx
-        zeros[c] = nz
-        bad[c] = nb
-        over[c] = no
-    out = local[0, 0] + local[0, 1]
-    for c in range(1, nchunks):
-        out += local[c, 0] + local[c, 1]
-    out[0] += zeros.sum()
-    return out, mins.min(), maxs.max(), bad.sum(), over.sum()
+            if x - x == 0.0:
+                local[c, int(abs(x) * inv_width)] += 1
+    out = np.zeros(nbins, np.int64)
+    for c in range(nchunks):
+        out += local[c]
+    return out
 
 
 @njit(parallel=True, cache=True, nogil=True)
@@ -129,7 +89,7 @@ def abs_histogram_fast(flat, inv_width, nbins, nchunks):
 
 @njit(parallel=True, cache=True, nogil=True)
 def abs_histogram_fused(flat, inv_width, nbins, nchunks):
-    """One branch-light pass: counts of floor(|x| * inv_width) and (min, max, absmax, finite flag).
+    """One branch-light pass: counts of floor(|x| * inv_width) and (min, max, all-finite flag).
 
     Values past the last bin (and NaN) land in the last bin; the caller checks absmax and the finite flag and
     counts again with the careful kernel when either says so."""

@@ -93,7 +93,7 @@ class HistogramCollector:
     hists: dict = field(default_factory=dict)
 
     def update(self, name: str, array: np.ndarray) -> None:
-        from calib.kernels import abs_histogram, abs_histogram_fast, abs_histogram_fused, range_stats
+        from calib.kernels import abs_histogram_fast, abs_histogram_finite, abs_histogram_fused, range_stats
 
         flat = np.ascontiguousarray(array).reshape(-1)
         if flat.dtype != np.float32 and flat.dtype != np.float64:
@@ -116,9 +116,8 @@ class HistogramCollector:
             h.coarsen_to(2.0 ** _exponent_for(max(float(amax), h.absmax), self.nbins))
             if bad == 0:
                 fast = abs_histogram_fast(flat, 1.0 / h.width, self.nbins, chunks)
-            else:  # skips NaN and inf
-                fast, _, _, _, over = abs_histogram(flat, 1.0 / h.width, self.nbins, chunks)
-                assert over == 0
+            else:
+                fast = abs_histogram_finite(flat, 1.0 / h.width, self.nbins, chunks)
         h.counts += fast
         if mn <= mx:
             h.absmax = max(h.absmax, float(amax))

@@ -89,8 +89,47 @@ def test_unknown_algorithm_and_parameter():
         check_params("percentile", {"pct": 3})
 
 
+def _kl(p: np.ndarray, q: np.ndarray) -> float:
+    ps, qs = p.sum(), q.sum()
+    if ps <= 0 or qs <= 0:
+        return np.inf
+    p = p / ps
+    q = q / qs
+    m = p > 0
+    if np.any(q[m] <= 0):
+        return np.inf
+    return float(np.sum(p[m] * np.log(p[m] / q[m])))
+
+
+def divergences(bins: np.ndarray, num_levels: int = 128, stride: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """KL divergence for every candidate threshold i (in bins); returns (i values, divergences).
+
+    The plain numpy statement of the search, O(bins^2), that the compiled O(bins * levels) kernel
+    calib.kernels.kl_divergences (used by the entropy algorithm) is held to."""
+    n = bins.size
+    cum = np.concatenate([[0.0], np.cumsum(bins)])
+    nz = (bins > 0).astype(np.float64)
+    cumnz = np.concatenate([[0.0], np.cumsum(nz)])
+    total = cum[-1]
+    ivals = np.arange(num_levels, n + 1, stride)
+    out = np.empty(ivals.size)
+    for k, i in enumerate(ivals):
+        p = bins[:i].astype(np.float64).copy()
+        p[i - 1] += total - cum[i]
+        # quantise: level j covers bins [floor(j*i/L), floor((j+1)*i/L)) (as np.linspace + digitize)
+        edges = np.floor(np.linspace(0, i, num_levels + 1) + 1e-9).astype(np.int64)
+        edges[-1] = i
+        s = cum[edges[1:]] - cum[edges[:-1]]
+        c = cumnz[edges[1:]] - cumnz[edges[:-1]]
+        dens = np.divide(s, c, out=np.zeros_like(s), where=c > 0)
+        level = np.repeat(np.arange(num_levels), np.diff(edges))
+        q = dens[level] * nz[:i]
+        out[k] = _kl(p, q)
+    return ivals, out
+
+
+
 def test_compiled_kl_search_equals_plain_numpy():
-    from calib.algorithms.entropy import divergences
     from calib.kernels import kl_divergences
 
     rng = np.random.default_rng(5)

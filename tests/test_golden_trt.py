@@ -1,12 +1,11 @@
 """calib's calibration held against real TensorRT 8.6 caches (H200)."""
-import json
 
 import numpy as np
 import pytest
 
 from calib.cache import read_cache
 from calib.calibrate import calibrate
-from conftest import ROOT, golden
+from conftest import golden
 
 
 @pytest.fixture(scope="module")

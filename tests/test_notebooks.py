@@ -1,5 +1,4 @@
 """Every notebook runs top to bottom on the CPU, and is stored without outputs."""
-from pathlib import Path
 
 import nbformat
 import pytest

@@ -1,8 +1,5 @@
 """Every bad input: one line naming the culprit, non-zero exit, no traceback, nothing half-written."""
 import os
-import signal
-import sys
-import threading
 from pathlib import Path
 
 import numpy as np
