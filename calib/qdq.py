@@ -58,8 +58,7 @@ def quantized_inputs(model: onnx.ModelProto, exclude: Exclusions = Exclusions())
         if exclude.excludes(node):
             continue
         if node.op_type in WEIGHTED:
-            limit = 2 if node.op_type in ("Conv", "ConvTranspose", "Gemm") else 2
-            for ii, name in enumerate(node.input[:limit]):
+            for ii, name in enumerate(node.input[:2]):  # data and weight; a bias stays in float
                 if not name:
                     continue
                 out.append((ni, ii, "weight" if name in inits else "act"))
@@ -130,10 +129,6 @@ def insert_qdq(model: onnx.ModelProto, amax: dict, exclude: Exclusions = Exclusi
     if missing:
         log.warning("no scale for %d tensors, left in float: %s", len(missing), ", ".join(sorted(missing)[:5]))
     # keep a topological order: each Q/DQ pair right before its first consumer
-    consumers_first: dict[str, int] = {}
-    for ni, node in enumerate(g.node):
-        for i in node.input:
-            consumers_first.setdefault(i, ni)
     pairs = {new_nodes[k].output[0].removesuffix("_quantized"): (new_nodes[k], new_nodes[k + 1])
              for k in range(0, len(new_nodes), 2)}
     ordered = []

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import onnx
 
+from calib.algorithms import registry
 from calib.calibrate import collect, compute_all
 from calib.data.sources import make_source
 from calib.errors import CalibError
@@ -47,14 +48,14 @@ def run_sensitivity(recipe: Recipe, out: str | Path | None = None, verbose: bool
 
 def _sensitivity(recipe: Recipe, stage: Path) -> None:
     spec = recipe.sensitivity
+    if spec.algorithm not in registry.names():  # before the pass, not after it
+        raise CalibError(f"{recipe.source}: sensitivity.algorithm: unknown algorithm '{spec.algorithm}' "
+                         f"(choose from {', '.join(registry.names())})")
     model_path = resolve(recipe.model)
     info = inspect_model(model_path)
     name = info.inputs[0][0]
     csrc = make_source(recipe.calibration_data, recipe.preprocess, name, recipe.calibration.batch_size)
     info, stats, samples, _ = collect(model_path, csrc, label=recipe.calibration_data.path, info=info)
-    if spec.algorithm not in recipe.calibration.algorithms and spec.algorithm not in ("minmax", "entropy",
-                                                                                     "percentile", "mse"):
-        raise CalibError(f"{recipe.source}: sensitivity.algorithm: unknown algorithm '{spec.algorithm}'")
     amax, _, _ = compute_all(stats, info.activations, [spec.algorithm],
                              {"percentile": {"percentile": recipe.calibration.percentile}})
     amax = amax[spec.algorithm]

@@ -74,3 +74,15 @@ def test_unnamed_nodes_go_by_their_output(tmp_path):
     for n in m.graph.node:
         n.name = ""
     assert quantizable_layers(m) == ["ta", "out"]
+
+
+def test_unknown_sensitivity_algorithm_fails_before_the_pass(tmp_path):
+    from calib.cli import main
+
+    sensitive_model(tmp_path / "s.onnx")
+    np.save(tmp_path / "x.npy", np.ones((2, 2, 4, 4), np.float32))
+    (tmp_path / "r.yaml").write_text("name: s\nmodel: s.onnx\ncalibration_data: {kind: npy, path: x.npy}\n"
+                                     "sensitivity: {algorithm: kl}\noutput: out\n")
+    r = CliRunner().invoke(main, ["--quiet", "sensitivity", str(tmp_path / "r.yaml")])
+    assert r.exit_code == 2 and "sensitivity.algorithm: unknown algorithm 'kl'" in r.output
+    assert not any(p.is_file() for p in (tmp_path / "out").rglob("*"))
