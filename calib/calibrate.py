@@ -75,7 +75,8 @@ def collect(model_path: str | Path, source, micro_batch: int = 8, nbins: int = D
 
     info = info or inspect_model(model_path)
     runner = OrtRunner(model_path, expose=list(info.activations))
-    wanted = [n for n in info.activations if n in set(runner.tensor_names())]
+    exposed = set(runner.tensor_names())
+    wanted = [n for n in info.activations if n in exposed]
     inputs = [n for n, _, _ in info.inputs]
     stats = HistogramCollector(nbins)
     digest = hashlib.sha256()

@@ -79,9 +79,6 @@ class ArraySource:
     def __len__(self) -> int:
         return self.n
 
-    def describe(self) -> dict:
-        return {"kind": "array", "source": self.label, "samples": self.n, "preprocess": self.preset}
-
     def __iter__(self) -> Iterator[dict]:
         for i in range(0, self.n, self.batch_size):
             x = self.array[i:min(self.n, i + self.batch_size)]

@@ -160,10 +160,6 @@ class ImageSource:
     def __len__(self) -> int:
         return len(self.samples)
 
-    def describe(self) -> dict:
-        return {"kind": "images", "source": self.label, "samples": len(self.samples),
-                "preprocess": repr(self.pre.spec), "first": str(self.samples[0].path.name)}
-
     def _load(self, s: Sample):
         try:
             return as_array(self.pre(open_image(s.path)))

@@ -25,10 +25,6 @@ class ArrayImageSource:
     def __len__(self) -> int:
         return len(self.index)
 
-    def describe(self) -> dict:
-        return {"kind": "array", "source": self.label, "samples": len(self.index), "dtype": str(self.array.dtype),
-                "shape": list(self.array.shape[1:])}
-
     def _one(self, i: int):
         x = self.array[i]
         if x.dtype == np.uint8 and x.ndim == 3 and x.shape[-1] in (1, 3):
@@ -86,21 +82,14 @@ def make_source(spec: DataSpec, pre_spec: PreprocessSpec, input_name: str, batch
     if spec.kind == "torchvision":
         return TorchvisionSource(spec, pre, input_name, batch_size)
     if spec.kind == "folder":
-        samples, classes = folder_samples(spec.path)
-        src = ImageSource(subset(samples, spec.limit, spec.seed, spec.offset), pre, input_name, batch_size,
-                          spec.max_bad, label)
-        src.class_names = classes
-        return src
-    if spec.kind == "coco":
+        samples, _ = folder_samples(spec.path)
+    elif spec.kind == "coco":
         if not spec.annotations:
             raise DataError(f"{spec.path}: a coco data source needs 'annotations' (the COCO json)")
-        samples, cats = coco_samples(spec.path, spec.annotations)
-        src = ImageSource(subset(samples, spec.limit, spec.seed, spec.offset), pre, input_name, batch_size,
-                          spec.max_bad, label)
-        src.categories = cats
-        return src
-    if spec.kind == "yolo":
+        samples, _ = coco_samples(spec.path, spec.annotations)
+    elif spec.kind == "yolo":
         samples = yolo_samples(spec.path)
-        return ImageSource(subset(samples, spec.limit, spec.seed, spec.offset), pre, input_name, batch_size,
-                           spec.max_bad, label)
-    raise DataError(f"unknown data kind '{spec.kind}'")
+    else:
+        raise DataError(f"unknown data kind '{spec.kind}'")
+    return ImageSource(subset(samples, spec.limit, spec.seed, spec.offset), pre, input_name, batch_size,
+                       spec.max_bad, label)
