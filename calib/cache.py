@@ -54,6 +54,11 @@ class CalibrationCache:
     def amaxes(self) -> dict:
         return {k: v * 127.0 for k, v in self.scales.items()}
 
+    def text(self, carrier: str | None = None, version: str | None = None) -> str:
+        """The cache file's text, optionally under another header; the scales' bits are kept exactly."""
+        head = f"TRT-{version or self.version}-{carrier or self.carrier}"
+        return "\n".join([head] + [f"{n}: {scale_to_hex(s)}" for n, s in self.scales.items()]) + "\n"
+
 
 def format_cache(amaxes: dict, version: str = "8600", carrier: str = DEFAULT_CARRIER) -> str:
     """The cache text for per-tensor amax values (dict order is kept)."""

@@ -152,6 +152,78 @@ def evaluate(model, caches, data, preprocess, batch_size, task, ignore_hash, all
     click.echo(f"wrote {out}/report.html")
 
 
+def _shapes(items) -> tuple:
+    out = []
+    for item in items:
+        name, sep, dims = item.rpartition("=")
+        try:
+            shape = tuple(int(d) for d in dims.lower().split("x"))
+        except ValueError:
+            shape = ()
+        if not sep or not name or not shape:
+            raise click.BadParameter(f"'{item}': expected NAME=1x3x224x224", param_hint="--shape")
+        out.append((name, shape))
+    return tuple(out)
+
+
+@main.command()
+@click.argument("model", type=click.Path(dir_okay=False))
+@click.option("--out", "-o", required=True, type=click.Path(dir_okay=False), help="Engine file to write (+ .json).")
+@click.option("--cache", type=click.Path(dir_okay=False), help="Calibration cache for implicit INT8 (calib's or TensorRT's).")
+@click.option("--calibrator", type=click.Choice(["entropy2", "minmax", "entropy", "legacy"]),
+              help="Calibrate with TensorRT's own algorithm over --data instead of a cache.")
+@click.option("--data", type=click.Path(), help=".npy/.npz samples for --calibrator.")
+@click.option("--preprocess", default="none", show_default=True, type=click.Choice(["none", "unit", "imagenet"]))
+@click.option("--precision", default="int8,fp16", show_default=True, help="Comma-separated: fp32, fp16, int8.")
+@click.option("--layer-precision", "layer_precision", multiple=True, metavar="PATTERN=PREC",
+              help="Per-layer precision (name glob, re:REGEX or op:OpType = fp16|fp32|int8); repeatable.")
+@click.option("--layer-precisions-file", type=click.Path(dir_okay=False), help="One PATTERN=PREC per line.")
+@click.option("--constraints", default="prefer", show_default=True, type=click.Choice(["prefer", "obey", "none"]))
+@click.option("--batch-size", default=1, show_default=True, type=click.IntRange(1), help="For a dynamic batch dim.")
+@click.option("--shape", "shapes", multiple=True, metavar="NAME=AxBxC", help="Fixed shape of an input; repeatable.")
+@click.option("--workspace-mb", default=4096, show_default=True, type=click.IntRange(16))
+@click.option("--opt-level", type=click.IntRange(0, 5), help="builder_optimization_level (TensorRT's default 3).")
+@click.option("--timing-cache", type=click.Path(dir_okay=False), help="Read before and written after the build.")
+@click.option("--tactic-sources", help="Comma-separated TacticSource names.")
+@click.option("--ignore-hash", is_flag=True, help="Use a cache whose sidecar names another model.")
+@click.option("--allow-unknown", is_flag=True, help="Use a cache naming tensors the model lacks (ignored).")
+@_handled
+def build(model, out, cache, calibrator, data, preprocess, precision, layer_precision, layer_precisions_file,
+          constraints, batch_size, shapes, workspace_mb, opt_level, timing_cache, tactic_sources, ignore_hash,
+          allow_unknown):
+    """Build a TensorRT engine from MODEL (FP32/FP16, INT8 from a cache, TensorRT's calibrator or Q/DQ)."""
+    from calib.runners.tensorrt.api import build_engine_file
+    from calib.runners.tensorrt.builder import BuildSpec, read_layer_precisions
+
+    rules = tuple(layer_precision) + tuple(read_layer_precisions(layer_precisions_file) if layer_precisions_file else ())
+    spec = BuildSpec(precisions=tuple(p.strip() for p in precision.split(",") if p.strip()), layer_precisions=rules,
+                     constraints=constraints, workspace_mb=workspace_mb, optimization_level=opt_level,
+                     timing_cache=timing_cache, batch_size=batch_size, shapes=_shapes(shapes),
+                     tactic_sources=tuple(t.strip() for t in tactic_sources.split(",")) if tactic_sources else None)
+    info = build_engine_file(model, out, spec, cache, calibrator, data, preprocess, ignore_hash, allow_unknown)
+    counts = ", ".join(f"{k} {v}" for k, v in sorted(info["layer_summary"].items()))
+    click.echo(f"wrote {out} ({'+'.join(info['precisions'])}, {info['build_seconds']:.1f} s; layers: {counts})")
+
+
+@main.command()
+@click.argument("engine", type=click.Path(dir_okay=False))
+@click.option("--batch-size", type=click.IntRange(1), help="Default: the engine's largest batch.")
+@click.option("--iters", default=50, show_default=True, type=click.IntRange(1), help="Runs per timed group.")
+@click.option("--repeats", default=15, show_default=True, type=click.IntRange(1), help="Timed groups (median).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@_handled
+def bench(engine, batch_size, iters, repeats, as_json):
+    """Latency and throughput of a TensorRT ENGINE (CUDA events, median of groups after warm-up)."""
+    from calib.runners.tensorrt.api import bench_engine_file
+
+    r = bench_engine_file(engine, batch_size, iters=iters, repeats=repeats)
+    if as_json:
+        click.echo(json.dumps(r, indent=2))
+    else:
+        click.echo(f"{engine}: batch {r['batch']}, median {r['median_ms']:.4f} ms "
+                   f"(min {r['min_ms']:.4f}, max {r['max_ms']:.4f}), {r['throughput_per_s']:.0f} samples/s")
+
+
 @main.group()
 def cache():
     """Inspect, compare and convert calibration caches."""

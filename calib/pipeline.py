@@ -107,10 +107,32 @@ def _run(recipe: Recipe, stage: Path) -> None:
     log.info("caches written for %s (%d samples, %.1f s)", ", ".join(c.algorithms), samples,
              time.perf_counter() - t0)
     espec = recipe.evaluation_data or recipe.calibration_data
-    esrc = make_source(espec, recipe.preprocess, input_name, recipe.evaluation.batch_size)
-    result = evaluate(model_path, amax, esrc, recipe.evaluation.task, recipe.evaluation.detection)
+    trt_backend = recipe.backend.kind == "tensorrt"
+    ebatch = recipe.backend.batch_size if trt_backend else recipe.evaluation.batch_size  # engines take their batch
+    esrc = make_source(espec, recipe.preprocess, input_name, ebatch)
+    configs, exclude, engines, es = dict(amax), {}, {}, None
+    if trt_backend:
+        from calib.runners.tensorrt import engines as trt_engines
+
+        csrc_trt = make_source(recipe.calibration_data, recipe.preprocess, input_name, recipe.backend.batch_size)
+        es = trt_engines.build_engines(recipe, model_path, info, amax, csrc_trt, stage)
+        engines = es.runners
+        for name, (algo, excl) in es.predict.items():
+            configs[name], exclude[name] = amax[algo], excl
+        files += [f for f in (p.name for p in sorted(stage.glob("tensorrt-*"))) if f not in files]
+    try:
+        result = evaluate(model_path, configs, esrc, recipe.evaluation.task, recipe.evaluation.detection,
+                          exclude=exclude, engines=engines)
+        if es is not None:
+            trt_engines.time_engines(es, make_source(espec, recipe.preprocess, input_name, recipe.backend.batch_size),
+                                     recipe.backend.batch_size)
+            engine_file = trt_engines.write_best(es, result, stage, Path(model_path).stem)
+            files += [engine_file, f"{engine_file}.json"] if engine_file else []
+    finally:
+        if es is not None:
+            trt_engines.close(es)
     skipped = {"calibration": list(getattr(csrc, "bad", [])), "evaluation": list(getattr(esrc, "bad", []))}
-    summ = summary(result)
+    summ = summary(result, candidates=list(c.algorithms))
     best = summ["best"]
     qdq_name = f"{Path(model_path).stem}.{best}.qdq.onnx"
     q = insert_qdq(onnx.load(str(model_path)), amax[best])
@@ -124,5 +146,7 @@ def _run(recipe: Recipe, stage: Path) -> None:
                               "params": used, "seconds": secs},
               "evaluation": {"samples": result["samples"], "configs": result["configs"]},
               "fp32_task": result.get("fp32_task"), "summary": summ, "qdq_model": qdq_name, "files": files}
+    if es is not None:
+        report["tensorrt"] = es.info
     write_reports(stage, report, stats, amax, recipe.evaluation.histograms)
     log.info("best algorithm: %s; report and caches ready (%.1f s)", best, time.perf_counter() - t0)

@@ -87,6 +87,26 @@ class SensitivitySpec:
 
 
 @dataclass(frozen=True)
+class BackendSpec:
+    """Where INT8 is measured: the CPU simulation only (onnxruntime), or real TensorRT engines as well."""
+
+    kind: str = field(default="onnxruntime", metadata={"choices": ("onnxruntime", "tensorrt")})
+    precision: tuple[str, ...] = ("int8", "fp16")  # INT8 engines' allowed precisions (fp32 always is)
+    layer_precisions: tuple[str, ...] = ()  # PATTERN=fp16|fp32: layer name glob, re:REGEX, op:OpType
+    layer_precisions_file: str | None = field(default=None, metadata=PATH)  # e.g. sensitivity's output
+    constraints: str = field(default="prefer", metadata={"choices": ("prefer", "obey", "none")})
+    batch_size: int = 8  # engine batch (evaluation and latency)
+    workspace_mb: int = 4096
+    optimization_level: int | None = None  # TensorRT's builder_optimization_level (default 3)
+    timing_cache: str | None = field(default=None, metadata={"path": True, "output": True})
+    reference: tuple[str, ...] = ("fp32", "fp16")  # engines built to compare against
+    trt_calibrator: str | None = field(default="entropy2", metadata={
+        "choices": (None, "entropy2", "minmax", "entropy", "legacy")})  # also TensorRT's own calibration
+    tactic_sources: tuple[str, ...] = ()
+    predict: bool = True  # also simulate each INT8 engine's own precision choices on the CPU
+
+
+@dataclass(frozen=True)
 class Recipe:
     name: str
     model: str = field(metadata=PATH)  # a .onnx path or zoo:<name>
@@ -96,6 +116,7 @@ class Recipe:
     calibration: CalibrationSpec = CalibrationSpec()
     evaluation: EvaluationSpec = EvaluationSpec()
     sensitivity: SensitivitySpec = SensitivitySpec()
+    backend: BackendSpec = BackendSpec()
     output: str = field(default="runs/out", metadata={"path": True, "output": True})
     source: str = ""  # the recipe file, filled in by load_recipe
 

@@ -35,19 +35,27 @@ def _batches(source):
 
 
 def evaluate(model, caches: dict, source, task: str = "outputs", detection: DetectionSpec = DetectionSpec(),
-             exclude: dict | None = None, layerwise: bool = True) -> dict:
-    """Compare FP32 with INT8 simulations, one per entry of `caches` (name -> cache path or {tensor: amax})."""
+             exclude: dict | None = None, layerwise: bool = True, engines: dict | None = None) -> dict:
+    """Compare FP32 with INT8 simulations, one per entry of `caches` (name -> cache path or {tensor: amax}), and
+    with `engines` (name -> a runner of the same model, e.g. a TensorRT engine; compared on the outputs)."""
     info = inspect_model(model)
     configs = _configs(caches)
+    engines = dict(engines or {})
+    clash = set(engines) & set(configs)
+    if clash:
+        raise DataError(f"configuration name '{sorted(clash)[0]}' is both a cache and an engine")
     sim = Simulator(model, info, configs, exclude, layerwise)
-    comps = {n: Comparison(n) for n in configs}
-    cls = {n: Classification() for n in configs}
-    det = DetectionTally(detection, list(configs), info.outputs) if task == "detection" else None
+    names = list(configs) + list(engines)
+    comps = {n: Comparison(n) for n in names}
+    cls = {n: Classification() for n in names}
+    det = DetectionTally(detection, names, info.outputs) if task == "detection" else None
     n = 0
     total = len(source) if hasattr(source, "__len__") else None
     with bar("evaluate", total=total) as pbar:
         for batch, samples, meta in _batches(source):
             ref, tests = sim.run(batch)
+            for name, runner in engines.items():
+                tests[name] = runner.run(batch, list(info.outputs))
             for name, test in tests.items():
                 comps[name].update(ref, test)
                 if task == "classification":
@@ -62,10 +70,12 @@ def evaluate(model, caches: dict, source, task: str = "outputs", detection: Dete
         raise DataError("evaluation data: no samples")
     result = {"model": str(model), "model_sha256": info.sha256, "samples": n, "task": task, "configs": {}}
     det_res = det.result() if det is not None else None
-    for name in configs:
+    for name in names:
         c = comps[name]
         entry = {"outputs": {o: c.tensors[o].result() for o in info.outputs if o in c.tensors},
-                 "layers": c.layers(info) if layerwise else []}
+                 "layers": c.layers(info) if layerwise and name in configs else []}
+        if name in engines:
+            entry["backend"] = getattr(engines[name], "backend", "engine")
         if task == "classification":
             entry["task"] = cls[name].result()
         elif det_res is not None:

@@ -67,7 +67,8 @@ def drop(entry: dict, task: str, fp32_task: dict | None) -> float | None:
     return None
 
 
-def summary(evaluation: dict) -> dict:
+def summary(evaluation: dict, candidates=None) -> dict:
+    """Rows per configuration; `best` is chosen among `candidates` (default: every configuration)."""
     task = evaluation["task"]
     rows = {}
     for n, e in evaluation["configs"].items():
@@ -75,7 +76,8 @@ def summary(evaluation: dict) -> dict:
         d = drop(e, task, evaluation.get("fp32_task"))
         if d is not None:
             rows[n]["drop"] = d
-    best = max(evaluation["configs"], key=lambda n: primary_score(evaluation["configs"][n], task))
+    pool = [n for n in (candidates or evaluation["configs"]) if n in evaluation["configs"]]
+    best = max(pool, key=lambda n: primary_score(evaluation["configs"][n], task))
     worst = {}
     for n, e in evaluation["configs"].items():
         layers = [l for l in e["layers"] if l["op_type"] != "Input"]
@@ -100,6 +102,8 @@ def layer_plot(evaluation: dict) -> str:
 
     fig, ax = plt.subplots(figsize=(11, 3.6))
     for name, e in evaluation["configs"].items():
+        if not e["layers"]:
+            continue  # an engine: outputs only
         y = [min(l["sqnr_db"], 80.0) for l in e["layers"]]
         ax.plot(range(len(y)), y, label=name, lw=1.2)
     ax.set_xlabel("tensor (topological order)")
@@ -137,6 +141,37 @@ def histogram_plots(stats, amax: dict, tensors: list[str]) -> list[tuple[str, st
     return out
 
 
+def engine_rows(report: dict) -> list[dict]:
+    """One row per TensorRT engine: precision mix, latency, speed-up against the FP16 and FP32 engines."""
+    trt = report.get("tensorrt") or {}
+    engines = trt.get("engines", {})
+    ref = {k: (engines.get(f"trt-{k}") or {}).get("latency", {}).get("median_ms") for k in ("fp32", "fp16")}
+    rows = []
+    for name, e in engines.items():
+        ms = (e.get("latency") or {}).get("median_ms")
+        row = {"engine": name, "layers": ", ".join(f"{k} {v}" for k, v in sorted(e.get("layer_summary", {}).items())),
+               "median_ms": ms, "build_s": e.get("build_seconds")}
+        for k, v in ref.items():
+            row[f"x_vs_{k}"] = (v / ms) if (v and ms) else None
+        rows.append(row)
+    return rows
+
+
+def _engine_md(report: dict) -> list[str]:
+    rows = engine_rows(report)
+    if not rows:
+        return []
+    t = report["tensorrt"]
+    lines = ["", f"## TensorRT engines ({t.get('tensorrt')}, {t.get('gpu')}, batch {t.get('batch')})", "",
+             "Accuracy of each engine is in the table above (rows `trt-...`, measured on the GPU); "
+             "rows `<algorithm>@engine` are the CPU simulation told which layers the engine kept in float.", "",
+             "| engine | layers per precision | median ms | x vs FP16 | x vs FP32 | build s |", "|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['engine']} | {r['layers']} | {_fmt(r['median_ms'], 4)} | {_fmt(r['x_vs_fp16'])} | "
+                     f"{_fmt(r['x_vs_fp32'])} | {_fmt(r['build_s'], 1)} |")
+    return lines
+
+
 def markdown(report: dict) -> str:
     s = report["summary"]
     metrics = sorted({k for r in s["rows"].values() for k in r})
@@ -154,6 +189,7 @@ def markdown(report: dict) -> str:
         lines += ["", f"Skipped {n_sk} unreadable images: " + ", ".join(f"`{p}`" for v in sk.values() for p in v)]
     if report.get("fp32_task"):
         lines += ["", f"FP32 reference against itself: `{report['fp32_task']}`"]
+    lines += _engine_md(report)
     lines += ["", f"## Worst layers ({s['best']})", "", "| tensor | op | SQNR dB | cosine |", "|---|---|---|---|"]
     for l in s["worst_layers"].get(s["best"], []):
         lines.append(f"| `{l['tensor']}` | {l['op_type']} | {_fmt(l['sqnr_db'])} | {_fmt(l['cosine'], 4)} |")
@@ -174,6 +210,16 @@ def html_report(report: dict, layer_png: str, hist_pngs: list[tuple[str, str]]) 
     worst = "".join(f"<tr><td><code>{html.escape(l['tensor'])}</code></td><td>{l['op_type']}</td>"
                     f"<td>{_fmt(l['sqnr_db'])}</td><td>{_fmt(l['cosine'], 4)}</td></tr>"
                     for l in s["worst_layers"].get(s["best"], []))
+    erows = engine_rows(report)
+    engines = ""
+    if erows:
+        t = report["tensorrt"]
+        engines = (f"<h2>TensorRT engines ({html.escape(str(t.get('tensorrt')))}, {html.escape(str(t.get('gpu')))}, "
+                   f"batch {t.get('batch')})</h2><table><tr><th>engine</th><th>layers per precision</th>"
+                   "<th>median ms</th><th>x vs FP16</th><th>x vs FP32</th><th>build s</th></tr>" + "".join(
+                       f"<tr><td>{html.escape(r['engine'])}</td><td>{html.escape(r['layers'])}</td>"
+                       f"<td>{_fmt(r['median_ms'], 4)}</td><td>{_fmt(r['x_vs_fp16'])}</td><td>{_fmt(r['x_vs_fp32'])}"
+                       f"</td><td>{_fmt(r['build_s'], 1)}</td></tr>" for r in erows) + "</table>")
     hists = "".join(f'<figure><img src="data:image/png;base64,{p}"><figcaption>{html.escape(t)}</figcaption>'
                     f"</figure>" for t, p in hist_pngs)
     return f"""<!doctype html><html><head><meta charset="utf-8"><title>calib report: {html.escape(report['recipe'])}</title>
@@ -185,6 +231,7 @@ figcaption{{font-size:11px;max-width:470px;overflow:hidden}}code{{font-size:12px
 evaluation samples {report['evaluation']['samples']}, task <b>{s['task']}</b>. INT8 simulated on the CPU with
 Q/DQ (ONNX Runtime). Best algorithm: <b>{html.escape(s['best'])}</b>.</p>
 <h2>Accuracy against FP32, per algorithm</h2><table><tr><th>algorithm</th>{head}</tr>{body}</table>
+{engines}
 <h2>Per-layer SQNR</h2><img src="data:image/png;base64,{layer_png}">
 <h2>Worst layers ({html.escape(s['best'])})</h2><table><tr><th>tensor</th><th>op</th><th>SQNR dB</th><th>cosine</th></tr>{worst}</table>
 <h2>Histograms of the worst tensors, with each algorithm's threshold</h2>{hists}

@@ -1,0 +1,80 @@
+"""`calib build` and `calib bench` as functions: an engine file from an ONNX model and a cache (or TensorRT's own
+calibrator over an array, or a Q/DQ model), and the latency of an engine file."""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+
+from calib.cache import check_model_hash, read_cache, validate_against
+from calib.errors import CalibError
+from calib.model import inspect_model
+from calib.runners.tensorrt import compat
+from calib.runners.tensorrt.builder import BuildSpec, build, is_qdq, write_engine
+from calib.runners.tensorrt.calibrators import cache_calibrator, make_calibrator
+
+log = logging.getLogger(__name__)
+
+
+def build_engine_file(model, out, spec: BuildSpec, cache=None, calibrator: str | None = None, data=None,
+                      preprocess: str = "none", ignore_hash: bool = False, allow_unknown: bool = False,
+                      trt=None, cuda=None) -> dict:
+    """Build `model` under `spec` and write `out` (+ `out`.json); returns the sidecar."""
+    trt = trt or compat.load()
+    if cuda is None:
+        from calib.runners.tensorrt.device import Cuda
+
+        cuda = Cuda()
+    out = Path(out)
+    info = inspect_model(model)
+    calib_obj, extra = None, {}
+    if "int8" in spec.precisions and not is_qdq(model):
+        if cache and calibrator:
+            raise CalibError("give --cache or --calibrator, not both")
+        if cache:
+            c = read_cache(cache)
+            validate_against(c, info.activations, allow_unknown)
+            side = check_model_hash(cache, info.sha256, ignore_hash)
+            calib_obj = cache_calibrator(c, trt)
+            extra = {"cache": str(cache), "cache_algorithm": (side or {}).get("algorithm", "unknown (no sidecar)")}
+        elif calibrator:
+            if data is None:
+                raise CalibError(f"--calibrator {calibrator} needs --data (a .npy/.npz of samples)")
+            from calib.data.arrays import ArraySource, load_array
+
+            name = info.inputs[0][0]
+            src = ArraySource(load_array(data), name, spec.batch_size, preprocess, label=str(data))
+            first = next(iter(src))[name]
+            cache_out = out.with_suffix(".cache")
+            calib_obj = make_calibrator(calibrator, src, {name: (first.shape[1:], first.dtype)}, spec.batch_size,
+                                        cuda, cache_out, info.sha256, trt)
+            extra = {"cache": str(cache_out), "cache_algorithm": f"trt-{calibrator}", "data": str(data)}
+        else:
+            raise CalibError("int8 needs --cache FILE (calib's or TensorRT's) or --calibrator with --data, "
+                             "or a Q/DQ model")
+    built = build(model, spec, calib_obj, trt, cuda)
+    write_engine(out, built, extra)
+    return {**built.info, **extra}
+
+
+def bench_engine_file(engine, batch_size: int | None = None, warmup: int = 50, iters: int = 50, repeats: int = 15,
+                      trt=None, cuda=None) -> dict:
+    """Latency of an engine file on random inputs (median over repeats of back-to-back runs)."""
+    from calib.runners.tensorrt.runner import TrtRunner
+
+    r = TrtRunner(engine, trt, cuda)
+    try:
+        rng = np.random.default_rng(0)
+        batch = {}
+        for name in r.inputs:
+            shape = list(r.max_shape[name])
+            if batch_size:
+                if batch_size > shape[0] or batch_size < r.min_batch[name]:
+                    raise CalibError(f"{engine}: batch {batch_size} is outside the engine's "
+                                     f"{r.min_batch[name]}..{shape[0]}")
+                shape[0] = batch_size
+            batch[name] = rng.standard_normal(shape).astype(r.dtypes[name])
+        return {"engine": str(engine), **r.latency(batch, warmup, iters, repeats)}
+    finally:
+        r.close()

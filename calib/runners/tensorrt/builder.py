@@ -1,0 +1,326 @@
+"""Build TensorRT engines from ONNX: FP32, FP16, implicit INT8 (a calibrator or a calib cache) with FP16/FP32
+fallback and per-layer precisions, or explicit INT8 from a Q/DQ model; engines written atomically with a sidecar."""
+from __future__ import annotations
+
+import fnmatch
+import logging
+import os
+import re
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import onnx
+
+import calib
+from calib.errors import CalibError, ModelError
+from calib.io import atomic_write_bytes, atomic_write_json, sha256_file
+from calib.runners.tensorrt import compat
+from calib.runners.tensorrt.inspect import parse_layers, summary
+
+log = logging.getLogger(__name__)
+PRECISIONS = ("fp32", "fp16", "int8")
+LAYER_PRECISIONS = ("fp32", "fp16", "int8")
+TACTICS_ENV = "CALIB_TRT_TACTIC_SOURCES"  # e.g. EDGE_MASK_CONVOLUTIONS,JIT_CONVOLUTIONS where cuBLAS/cuDNN are absent
+
+
+@dataclass(frozen=True)
+class BuildSpec:
+    precisions: tuple[str, ...] = ("fp32",)  # any of fp32, fp16, int8: fp32 is always allowed
+    layer_precisions: tuple[str, ...] = ()  # "PATTERN=fp16": a layer name glob, re:REGEX or op:OpType
+    constraints: str = "prefer"  # prefer | obey | none: how strictly the layer precisions bind
+    workspace_mb: int = 4096
+    optimization_level: int | None = None  # builder_optimization_level (0-5); TensorRT's default 3 if None
+    timing_cache: str | None = None  # a file read before and written after the build
+    batch_size: int = 1  # dynamic batch dimensions are fixed to this (profile min = opt = max)
+    shapes: tuple[tuple[str, tuple[int, ...]], ...] = ()  # explicit input shapes (else batch_size + model dims)
+    mark_outputs: tuple[str, ...] = ()  # extra outputs: tensor names, or "*" for every float tensor
+    tactic_sources: tuple[str, ...] | None = None  # TacticSource names; None: TensorRT's default or $CALIB_TRT_TACTIC_SOURCES
+
+
+def parse_layer_precisions(items) -> list[tuple[str, str]]:
+    out = []
+    for item in items:
+        pat, sep, prec = str(item).rpartition("=")
+        prec = prec.strip().lower()
+        if not sep or not pat.strip():
+            raise CalibError(f"layer precision '{item}': expected PATTERN=PRECISION (e.g. op:Softmax=fp32)")
+        if prec not in LAYER_PRECISIONS:
+            raise CalibError(f"layer precision '{item}': '{prec}' is not one of {', '.join(LAYER_PRECISIONS)}")
+        out.append((pat.strip(), prec))
+    return out
+
+
+def read_layer_precisions(path: str | Path) -> list[str]:
+    """Lines of a layer_precisions.txt (as `calib sensitivity` writes it); blank lines and # comments skipped."""
+    p = Path(path)
+    try:
+        lines = p.read_text().splitlines()
+    except OSError as exc:
+        raise CalibError(f"{p}: cannot read layer precisions ({exc.strerror})") from None
+    return [ln.strip() for ln in lines if ln.strip() and not ln.lstrip().startswith("#")]
+
+
+def matches(pattern: str, name: str, trt_type: str, op_type: str | None) -> bool:
+    if pattern.startswith("op:"):
+        want = pattern[3:]
+        return want == op_type or want.upper() == trt_type.upper()
+    if pattern.startswith("re:"):
+        return re.search(pattern[3:], name) is not None
+    return fnmatch.fnmatchcase(name, pattern)
+
+
+class _Logger:
+    """A TensorRT logger that forwards to logging and keeps the last errors for the exception message."""
+
+    @staticmethod
+    def make(trt):
+        class Logger(trt.ILogger):
+            def __init__(self):
+                trt.ILogger.__init__(self)
+                self.errors: list[str] = []
+
+            def log(self, severity, msg):
+                level = int(severity)
+                if level > int(trt.ILogger.Severity.WARNING):
+                    return
+                if level <= int(trt.ILogger.Severity.ERROR):
+                    self.errors.append(str(msg))
+                    log.error("TensorRT: %s", msg)
+                else:
+                    log.warning("TensorRT: %s", msg)
+
+        return Logger()
+
+
+_LOGGERS: dict = {}
+
+
+def trt_logger(trt):
+    """One logger per process (TensorRT keeps the first one it is given)."""
+    if id(trt) not in _LOGGERS:
+        _LOGGERS[id(trt)] = _Logger.make(trt)
+    return _LOGGERS[id(trt)]
+
+
+def is_qdq(model_path) -> bool:
+    m = onnx.load(str(model_path), load_external_data=False)
+    return any(n.op_type == "QuantizeLinear" for n in m.graph.node)
+
+
+@dataclass
+class Built:
+    plan: bytes
+    seconds: float
+    layers: list  # engine layers: name, type, precision, tactic, fused
+    info: dict = field(default_factory=dict)  # the sidecar
+
+
+def _parse(trt, builder, model_path, strongly_typed: bool):
+    network = builder.create_network(compat.network_flags(trt, strongly_typed))
+    parser = trt.OnnxParser(network, trt_logger(trt))
+    ok = parser.parse_from_file(str(model_path))
+    if not ok:
+        errs = "; ".join(str(parser.get_error(i)) for i in range(parser.num_errors))
+        raise ModelError(f"{model_path}: TensorRT's ONNX parser failed: {errs or 'no details'}")
+    return network, parser
+
+
+def _mark(trt, network, wanted) -> int:
+    have = {network.get_output(i).name for i in range(network.num_outputs)}
+    every = "*" in wanted
+    names = set(wanted) - {"*"}
+    skip = {getattr(trt.LayerType, t) for t in ("CONSTANT", "SHAPE") if hasattr(trt.LayerType, t)}
+    marked = 0
+    for i in range(network.num_layers):
+        layer = network.get_layer(i)
+        for j in range(layer.num_outputs):
+            t = layer.get_output(j)
+            take = t.name in names or (every and t.dtype == trt.float32 and layer.type not in skip)
+            if take and t.name not in have:
+                network.mark_output(t)
+                have.add(t.name)
+                marked += 1
+    return marked
+
+
+def _apply_layer_precisions(trt, network, rules, op_types: dict) -> dict:
+    dtype = {"fp32": trt.float32, "fp16": trt.float16, "int8": trt.int8}
+    floats = (trt.float32, trt.float16)
+    hit = {pat: 0 for pat, _ in rules}
+    applied = {}
+    for i in range(network.num_layers):
+        layer = network.get_layer(i)
+        ltype = str(layer.type).split(".")[-1]
+        if ltype in ("CONSTANT", "SHAPE"):
+            continue
+        outs = [layer.get_output(j) for j in range(layer.num_outputs)]
+        if not outs or any(t.dtype not in floats for t in outs):
+            continue
+        op = op_types.get(layer.name) or next((op_types[t.name] for t in outs if t.name in op_types), None)
+        for pat, prec in rules:  # the last matching rule wins, as in a list of overrides
+            if matches(pat, layer.name, ltype, op) or any(fnmatch.fnmatchcase(t.name, pat) for t in outs):
+                hit[pat] += 1
+                applied[layer.name] = prec
+        if layer.name in applied:
+            layer.precision = dtype[applied[layer.name]]
+            if applied[layer.name] != "int8":
+                for j in range(layer.num_outputs):
+                    layer.set_output_type(j, dtype[applied[layer.name]])
+    missing = [p for p, n in hit.items() if n == 0]
+    if missing:
+        raise CalibError(f"layer precision pattern '{missing[0]}' matches no layer of the network")
+    return applied
+
+
+def _input_shapes(network, spec: BuildSpec) -> dict:
+    given = dict(spec.shapes)
+    out = {}
+    for i in range(network.num_inputs):
+        t = network.get_input(i)
+        dims = tuple(t.shape)
+        if t.name in given:
+            shape = tuple(given[t.name])
+        elif any(d < 0 for d in dims):
+            shape = tuple(spec.batch_size if (k == 0 and d < 0) else d for k, d in enumerate(dims))
+            if any(d < 0 for d in shape):
+                raise ModelError(f"input '{t.name}' has dynamic dims {list(dims)} beyond the batch: give its shape")
+        else:
+            shape = dims
+        out[t.name] = (dims, shape)
+    return out
+
+
+def _config(trt, builder, network, spec: BuildSpec, shapes: dict, calibrator, explicit: bool):
+    cfg = builder.create_builder_config()
+    cfg.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, int(spec.workspace_mb) << 20)
+    if spec.optimization_level is not None and hasattr(cfg, "builder_optimization_level"):
+        cfg.builder_optimization_level = int(spec.optimization_level)
+    tactics = spec.tactic_sources
+    if tactics is None and os.environ.get(TACTICS_ENV):
+        tactics = tuple(t.strip() for t in os.environ[TACTICS_ENV].split(",") if t.strip())
+    if tactics:
+        mask = 0
+        for t in tactics:
+            if not hasattr(trt.TacticSource, t.upper()):
+                raise CalibError(f"unknown TensorRT tactic source '{t}'")
+            mask |= 1 << int(getattr(trt.TacticSource, t.upper()))
+        cfg.set_tactic_sources(mask)
+    cfg.profiling_verbosity = trt.ProfilingVerbosity.DETAILED
+    dynamic = {n: s for n, (dims, s) in shapes.items() if any(d < 0 for d in dims)}
+    if dynamic:
+        prof = builder.create_optimization_profile()
+        for n, s in dynamic.items():
+            prof.set_shape(n, s, s, s)
+        cfg.add_optimization_profile(prof)
+        if calibrator is not None:
+            cfg.set_calibration_profile(prof)
+    strongly_typed = explicit and compat.version(trt)[0] >= 10
+    if "fp16" in spec.precisions and not strongly_typed:
+        cfg.set_flag(trt.BuilderFlag.FP16)
+    if "int8" in spec.precisions and not strongly_typed:
+        cfg.set_flag(trt.BuilderFlag.INT8)
+        if not explicit:
+            if calibrator is None:
+                raise CalibError("int8 needs a calibration cache or a calibrator (or a Q/DQ model)")
+            cfg.int8_calibrator = calibrator
+    if spec.timing_cache:
+        p = Path(spec.timing_cache)
+        blob = p.read_bytes() if p.is_file() else b""
+        cache = cfg.create_timing_cache(blob)
+        cfg.set_timing_cache(cache, False)
+    return cfg
+
+
+def build(model_path, spec: BuildSpec = BuildSpec(), calibrator=None, trt=None, cuda=None) -> Built:
+    """Build an engine for `model_path` under `spec`; `calibrator` feeds implicit INT8."""
+    trt = trt or compat.load()
+    if cuda is None:
+        from calib.runners.tensorrt.device import Cuda
+
+        cuda = Cuda()
+    model_path = Path(model_path)
+    if not model_path.is_file():
+        raise ModelError(f"{model_path}: model file not found")
+    unknown = [p for p in spec.precisions if p not in PRECISIONS]
+    if unknown:
+        raise CalibError(f"precision '{unknown[0]}' is not one of {', '.join(PRECISIONS)}")
+    if spec.constraints not in ("prefer", "obey", "none"):
+        raise CalibError(f"constraints '{spec.constraints}' is not one of prefer, obey, none")
+    rules = parse_layer_precisions(spec.layer_precisions)
+    explicit = is_qdq(model_path)
+    if "int8" in spec.precisions and not explicit:
+        compat.check_implicit_int8(trt)
+    logger = trt_logger(trt)
+    logger.errors.clear()
+    builder = trt.Builder(logger)
+    network, _parser = _parse(trt, builder, model_path, explicit and compat.version(trt)[0] >= 10)
+    marked = _mark(trt, network, spec.mark_outputs) if spec.mark_outputs else 0
+    onnx_model = onnx.load(str(model_path), load_external_data=False)
+    op_types = {n.name: n.op_type for n in onnx_model.graph.node if n.name}
+    op_types.update({o: n.op_type for n in onnx_model.graph.node for o in n.output})  # unnamed nodes
+    applied = _apply_layer_precisions(trt, network, rules, op_types) if rules else {}
+    needs = {p for p in applied.values()}
+    precisions = tuple(dict.fromkeys(spec.precisions + (("fp16",) if "fp16" in needs else ())))
+    if precisions != spec.precisions:
+        log.info("fp16 enabled for the layers kept in fp16")
+    spec_used = BuildSpec(**{**asdict(spec), "precisions": precisions})
+    shapes = _input_shapes(network, spec_used)
+    cfg = _config(trt, builder, network, spec_used, shapes, calibrator, explicit)
+    if applied and spec.constraints != "none":
+        flag = "OBEY_PRECISION_CONSTRAINTS" if spec.constraints == "obey" else "PREFER_PRECISION_CONSTRAINTS"
+        cfg.set_flag(getattr(trt.BuilderFlag, flag))
+    t0 = time.perf_counter()
+    try:
+        plan = compat.build_plan(builder, network, cfg)
+    finally:
+        if calibrator is not None and hasattr(calibrator, "release"):
+            calibrator.release()
+    secs = time.perf_counter() - t0
+    err = getattr(calibrator, "error", None)
+    if err is not None:
+        raise err
+    if plan is None:
+        last = logger.errors[-1] if logger.errors else "no details"
+        raise CalibError(f"{model_path}: TensorRT build failed ({last})")
+    if spec.timing_cache:
+        atomic_write_bytes(spec.timing_cache, bytes(cfg.get_timing_cache().serialize()))
+    layers = engine_layers(trt, plan)
+    info = {"tensorrt": trt.__version__, "gpu": cuda.name(), "calib_version": calib.__version__, "model": str(model_path),
+            "model_sha256": sha256_file(model_path), "precisions": list(precisions), "explicit_qdq": explicit,
+            "layer_precisions": [f"{p}={q}" for p, q in rules], "layers_set": applied,
+            "constraints": spec.constraints, "optimization_level": spec.optimization_level,
+            "input_shapes": {n: list(s) for n, (_, s) in shapes.items()}, "marked_outputs": marked,
+            "build_seconds": round(secs, 2), "calibrator": _calibrator_info(calibrator),
+            "layer_summary": summary(layers), "layers": layers}
+    log.info("built %s engine in %.1f s (%s)", "+".join(precisions), secs,
+             ", ".join(f"{k} {v}" for k, v in sorted(info["layer_summary"].items())))
+    return Built(plan, secs, layers, info)
+
+
+def _calibrator_info(c) -> dict | None:
+    if c is None:
+        return None
+    return {"class": type(c).__name__, "batches": getattr(c, "calls", None), "reused_cache": getattr(c, "reused", None),
+            "cache_written": str(getattr(c, "written", None) or "") or None,
+            "samples": getattr(getattr(c, "rebatcher", None), "samples", None)}
+
+
+def engine_layers(trt, plan: bytes) -> list[dict]:
+    runtime = trt.Runtime(trt_logger(trt))
+    engine = runtime.deserialize_cuda_engine(plan)
+    if engine is None or not hasattr(engine, "create_engine_inspector"):
+        return []
+    info = engine.create_engine_inspector().get_engine_information(trt.LayerInformationFormat.JSON)
+    return parse_layers(info)
+
+
+def write_engine(path, built: Built, extra: dict | None = None) -> Path:
+    """The engine and its sidecar <engine>.json (TensorRT version, GPU, precisions, cache, per-layer precision)."""
+    path = Path(path)
+    if path.is_symlink() or path.is_dir():
+        raise CalibError(f"{path}: engine output must be a file path, not a folder or a link")
+    info = {**built.info, **(extra or {}), "engine_bytes": len(built.plan)}
+    atomic_write_bytes(path, built.plan)
+    atomic_write_json(path.with_suffix(path.suffix + ".json"), info)
+    return path

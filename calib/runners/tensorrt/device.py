@@ -1,0 +1,68 @@
+"""Device memory, copies, streams and timing through cuda-python's runtime API."""
+from __future__ import annotations
+
+import numpy as np
+
+from calib.errors import CalibError, require
+
+
+def _cudart():
+    try:
+        from cuda.bindings import runtime  # cuda-python >= 12.8
+        return runtime
+    except ImportError:
+        return require("cuda.cudart", "trt")
+
+
+class Cuda:
+    """The few runtime calls calib needs; every error becomes a CalibError naming the call."""
+
+    def __init__(self, device: int = 0):
+        self.rt = _cudart()
+        self._check(self.rt.cudaSetDevice(device), "cudaSetDevice")
+        self.device = device
+
+    def _check(self, res, what: str):
+        err = res[0] if isinstance(res, tuple) else res
+        if int(err) != 0:
+            raise CalibError(f"CUDA {what} failed: {err}")
+        if isinstance(res, tuple):
+            return res[1] if len(res) == 2 else res[1:]
+        return None
+
+    def name(self) -> str:
+        prop = self._check(self.rt.cudaGetDeviceProperties(self.device), "cudaGetDeviceProperties")
+        name = prop.name
+        name = name.decode(errors="replace") if isinstance(name, bytes) else str(name)
+        return f"{name.rstrip(chr(0))} (sm_{prop.major}{prop.minor})"
+
+    def malloc(self, nbytes: int) -> int:
+        return int(self._check(self.rt.cudaMalloc(max(int(nbytes), 1)), "cudaMalloc"))
+
+    def free(self, ptr: int) -> None:
+        self._check(self.rt.cudaFree(ptr), "cudaFree")
+
+    def to_device(self, ptr: int, host: np.ndarray) -> None:
+        host = np.ascontiguousarray(host)
+        kind = self.rt.cudaMemcpyKind.cudaMemcpyHostToDevice
+        self._check(self.rt.cudaMemcpy(ptr, host.ctypes.data, host.nbytes, kind), "cudaMemcpy host->device")
+
+    def to_host(self, host: np.ndarray, ptr: int) -> None:
+        kind = self.rt.cudaMemcpyKind.cudaMemcpyDeviceToHost
+        self._check(self.rt.cudaMemcpy(host.ctypes.data, ptr, host.nbytes, kind), "cudaMemcpy device->host")
+
+    def stream(self):
+        return self._check(self.rt.cudaStreamCreate(), "cudaStreamCreate")
+
+    def sync(self, stream) -> None:
+        self._check(self.rt.cudaStreamSynchronize(stream), "cudaStreamSynchronize")
+
+    def event(self):
+        return self._check(self.rt.cudaEventCreate(), "cudaEventCreate")
+
+    def record(self, event, stream) -> None:
+        self._check(self.rt.cudaEventRecord(event, stream), "cudaEventRecord")
+
+    def elapsed_ms(self, start, end) -> float:
+        self._check(self.rt.cudaEventSynchronize(end), "cudaEventSynchronize")
+        return float(self._check(self.rt.cudaEventElapsedTime(start, end), "cudaEventElapsedTime"))

@@ -1,0 +1,136 @@
+"""`calib run` with `backend: tensorrt`: build the engines a recipe asks for, from calib's caches and TensorRT's
+own calibrator, run them on the evaluation data and time them; write the best INT8 engine with its sidecar."""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from calib.evaluate.report import primary_score
+from calib.fallback import quantizable_layers
+from calib.qdq import Exclusions
+from calib.recipe import Recipe
+from calib.runners.tensorrt import compat
+from calib.runners.tensorrt.builder import BuildSpec, Built, build, read_layer_precisions, write_engine
+from calib.runners.tensorrt.calibrators import cache_calibrator, make_calibrator
+from calib.runners.tensorrt.inspect import node_precisions
+from calib.runners.tensorrt.runner import TrtRunner
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class EngineSet:
+    runners: dict = field(default_factory=dict)  # name -> TrtRunner
+    built: dict = field(default_factory=dict)  # name -> Built
+    caches: dict = field(default_factory=dict)  # name -> the cache file an INT8 engine was built from
+    predict: dict = field(default_factory=dict)  # "<algo>@engine" -> (algo, Exclusions)
+    info: dict = field(default_factory=dict)
+
+
+def layer_precision_rules(recipe: Recipe) -> tuple[str, ...]:
+    b = recipe.backend
+    rules = list(b.layer_precisions)
+    if b.layer_precisions_file:
+        rules += read_layer_precisions(b.layer_precisions_file)
+    return tuple(rules)
+
+
+def _sample_shapes(source, inputs) -> dict:
+    first = next(iter(source), None)
+    if first is None:
+        from calib.errors import DataError
+
+        raise DataError("calibration data: no samples")
+    return {n: (tuple(first[n].shape[1:]), np.float32 if first[n].dtype == np.float64 else first[n].dtype)
+            for n in inputs}
+
+
+def build_engines(recipe: Recipe, model_path: Path, info, amax: dict, calib_source, stage: Path,
+                  trt=None, cuda=None) -> EngineSet:
+    trt = trt or compat.load()
+    if cuda is None:
+        from calib.runners.tensorrt.device import Cuda
+
+        cuda = Cuda()
+    b = recipe.backend
+    from calib.zoo import home
+
+    timing = b.timing_cache or str(home() / f"trt-{trt.__version__}.timing")
+    base = dict(batch_size=b.batch_size, workspace_mb=b.workspace_mb, optimization_level=b.optimization_level,
+                timing_cache=timing, tactic_sources=tuple(b.tactic_sources) or None)
+    rules = layer_precision_rules(recipe)
+    out = EngineSet()
+    jobs = []
+    for ref in b.reference:
+        jobs.append((f"trt-{ref}", BuildSpec(precisions=("fp32",) if ref == "fp32" else ("fp32", "fp16"), **base),
+                     lambda: None, None))
+    int8 = BuildSpec(precisions=tuple(b.precision), layer_precisions=rules, constraints=b.constraints, **base)
+    for algo, am in amax.items():
+        jobs.append((f"trt-int8-{algo}", int8, lambda am=am: cache_calibrator(am, trt, recipe.calibration.carrier),
+                     f"{algo}.cache"))
+    if b.trt_calibrator:
+        kind = b.trt_calibrator
+        inputs = _sample_shapes(calib_source, [n for n, _, _ in info.inputs])
+        cache = stage / f"tensorrt-{kind}.cache"
+        jobs.append((f"trt-int8-tensorrt-{kind}", int8,
+                     lambda: make_calibrator(kind, calib_source, inputs, b.batch_size, cuda, cache, info.sha256, trt),
+                     cache.name))
+    nodes = quantizable_layers(_onnx(model_path))
+    for name, spec, make, cache_name in jobs:
+        log.info("building %s", name)
+        built: Built = build(model_path, spec, make(), trt, cuda)
+        out.built[name] = built
+        out.runners[name] = TrtRunner(built.plan, trt, cuda, label=name)
+        if cache_name:
+            out.caches[name] = cache_name
+        algo = name[len("trt-int8-"):]
+        if b.predict and algo in amax:
+            prec = node_precisions(built.layers, nodes)
+            kept = tuple(n for n in nodes if prec.get(n, "int8") != "int8")
+            out.predict[f"{algo}@engine"] = (algo, Exclusions(names=kept))
+            log.info("%s: TensorRT kept %d of %d quantizable layers in float", name, len(kept), len(nodes))
+    out.info = {"tensorrt": trt.__version__, "gpu": cuda.name(), "batch": b.batch_size,
+                "layer_precisions": list(rules), "engines": {}}
+    return out
+
+
+def _onnx(path):
+    import onnx
+
+    return onnx.load(str(path), load_external_data=False)
+
+
+def time_engines(es: EngineSet, source, batch_size: int) -> None:
+    """Median latency of every engine on one evaluation batch of `batch_size` (tiled if the data is shorter)."""
+    first = next(iter(source))
+    batch = {k: np.resize(v, (batch_size, *v.shape[1:])) for k, v in first.items()}
+    for name, r in es.runners.items():
+        built = es.built[name]
+        es.info["engines"][name] = {"precisions": built.info["precisions"], "layer_summary": built.info["layer_summary"],
+                                    "build_seconds": built.info["build_seconds"], "layers_set": built.info["layers_set"],
+                                    "calibrator": built.info["calibrator"], "cache": es.caches.get(name),
+                                    "latency": r.latency(batch)}
+        log.info("%s: %.4f ms per batch of %d", name, es.info["engines"][name]["latency"]["median_ms"], batch_size)
+
+
+def write_best(es: EngineSet, evaluation: dict, stage: Path, stem: str) -> str | None:
+    """Write the INT8 engine with the best task score (and its sidecar); returns its file name."""
+    task = evaluation["task"]
+    int8 = [n for n in es.built if n.startswith("trt-int8-") and n in evaluation["configs"]]
+    if not int8:
+        return None
+    best = max(int8, key=lambda n: primary_score(evaluation["configs"][n], task))
+    name = f"{stem}.{best[len('trt-int8-'):]}.engine"
+    extra = {"cache": es.caches.get(best), **{k: v for k, v in es.info["engines"].get(best, {}).items()
+                                              if k in ("latency",)}}
+    write_engine(stage / name, es.built[best], extra)
+    es.info["best_engine"] = best
+    return name
+
+
+def close(es: EngineSet) -> None:
+    for r in es.runners.values():
+        r.close()

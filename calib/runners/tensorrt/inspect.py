@@ -1,0 +1,115 @@
+"""What TensorRT chose per layer, from the engine inspector (detailed profiling verbosity).
+
+In implicit INT8 TensorRT runs a layer in INT8 only where that is faster, and fuses layers: an engine layer is
+named after the network layers it fused (' + ' between them). This module turns the inspector's JSON into one
+precision per engine layer and per ONNX node, so the CPU simulation can be told which nodes TensorRT left in
+float.
+"""
+from __future__ import annotations
+
+import json
+import re
+
+_ORDER = {"int8": 0, "fp8": 0, "fp16": 1, "bf16": 1, "tf32": 2, "fp32": 2}
+
+
+def format_precision(text: str) -> str | None:
+    """'Thirty-two wide channel vectorized row major Int8 format' -> 'int8'; 'Row major linear FP32' -> 'fp32'."""
+    t = text.lower()
+    for key, value in (("int8", "int8"), ("fp8", "fp8"), ("bf16", "bf16"), ("fp16", "fp16"), ("half", "fp16"),
+                       ("fp32", "fp32"), ("float", "fp32"), ("int32", None), ("bool", None), ("int64", None)):
+        if key in t:
+            return value
+    return None
+
+
+def _tensor_precisions(tensors) -> list[str]:
+    out = []
+    for t in tensors or []:
+        if isinstance(t, dict):
+            p = format_precision(str(t.get("Format/Datatype", "")))
+            if p:
+                out.append(p)
+    return out
+
+
+def layer_precision(layer: dict) -> str:
+    """The precision an engine layer computes in: its lowest float input precision (a conv fed INT8 runs an
+    INT8 kernel even when it writes FP32), else its outputs' (a constant), else 'fp32'."""
+    ins = _tensor_precisions(layer.get("Inputs"))
+    outs = _tensor_precisions(layer.get("Outputs"))
+    pool = ins or outs
+    return min(pool, key=_ORDER.__getitem__) if pool else "fp32"
+
+
+def parse_layers(info: str | dict | list) -> list[dict]:
+    """Inspector output (JSON text or parsed) -> [{name, type, precision, tactic, fused}] in engine order."""
+    data = json.loads(info) if isinstance(info, str) else info
+    layers = data.get("Layers", []) if isinstance(data, dict) else data
+    out = []
+    for layer in layers:
+        if isinstance(layer, str):  # LAYER_NAMES_ONLY verbosity: names, nothing else
+            out.append({"name": layer, "type": "?", "precision": "?", "tactic": "", "fused": split_fused(layer)})
+            continue
+        name = str(layer.get("Name", ""))
+        out.append({"name": name, "type": str(layer.get("LayerType", "?")), "precision": layer_precision(layer),
+                    "tactic": str(layer.get("TacticName", "")), "fused": split_fused(name)})
+    return out
+
+
+def split_fused(name: str) -> list[str]:
+    """Network layer names inside an engine layer name: 'a + b', 'PWN(a, b)', 'Reformatting CopyNode for ...'."""
+    if name.startswith("Reformatting CopyNode"):
+        return []
+    parts = []
+    for piece in name.split(" + "):
+        piece = piece.strip()
+        m = re.fullmatch(r"PWN\((.*)\)", piece)
+        if m:
+            parts += [p.strip() for p in _split_top(m.group(1))]
+        elif piece:
+            parts.append(piece)
+    return parts
+
+
+def _split_top(text: str) -> list[str]:
+    """Split on commas that are not inside parentheses (PWN nests: 'PWN(PWN(a, b), c)')."""
+    out, depth, cur = [], 0, ""
+    for ch in text:
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+        if ch == "," and depth == 0:
+            out.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    out.append(cur)
+    res = []
+    for p in out:
+        m = re.fullmatch(r"\s*PWN\((.*)\)\s*", p)
+        res += _split_top(m.group(1)) if m else [p]
+    return res
+
+
+def node_precisions(layers: list[dict], node_names) -> dict:
+    """ONNX node name -> the precision of the engine layer that holds it (nodes TensorRT folded away are absent)."""
+    known = set(node_names)
+    out = {}
+    for layer in layers:
+        for part in layer["fused"]:
+            if part in known and layer["precision"] != "?":
+                prev = out.get(part)
+                if prev is None or _ORDER[layer["precision"]] < _ORDER[prev]:
+                    out[part] = layer["precision"]
+    return out
+
+
+def summary(layers: list[dict]) -> dict:
+    """Count of engine layers per precision, reformat layers apart."""
+    counts: dict = {}
+    for layer in layers:
+        key = "reformat" if layer["name"].startswith("Reformatting") else layer["precision"]
+        counts[key] = counts.get(key, 0) + 1
+    return counts

@@ -1,0 +1,131 @@
+"""Run a TensorRT engine on calib batches (the Runner protocol) and time it with CUDA events."""
+from __future__ import annotations
+
+import logging
+import statistics
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from calib.errors import CalibError, DataError
+from calib.runners.tensorrt import compat
+
+log = logging.getLogger(__name__)
+
+
+class TrtRunner:
+    """An engine with device buffers sized for its largest shapes; a batch smaller than a fixed engine batch is
+    padded and the outputs cut back."""
+
+    backend = "tensorrt"
+
+    def __init__(self, plan: bytes | str | Path, trt=None, cuda=None, label: str | None = None):
+        self.trt = trt or compat.load()
+        if cuda is None:
+            from calib.runners.tensorrt.device import Cuda
+
+            cuda = Cuda()
+        self.cuda = cuda
+        if isinstance(plan, (str, Path)):
+            self.label = label or str(plan)
+            try:
+                plan = Path(plan).read_bytes()
+            except OSError as exc:
+                raise CalibError(f"{self.label}: cannot read engine ({exc.strerror})") from None
+        else:
+            self.label = label or "engine"
+        from calib.runners.tensorrt.builder import trt_logger
+
+        self.runtime = self.trt.Runtime(trt_logger(self.trt))
+        self.engine = self.runtime.deserialize_cuda_engine(plan)
+        if self.engine is None:
+            raise CalibError(f"{self.label}: TensorRT cannot load this engine (another TensorRT version or GPU?)")
+        self.context = self.engine.create_execution_context()
+        self.io = compat.io_tensors(self.trt, self.engine)
+        self.inputs = [n for n, is_in in self.io if is_in]
+        self.outputs = [n for n, is_in in self.io if not is_in]
+        self.dtypes = {n: np.dtype(compat.tensor_dtype(self.trt, self.engine, n)) for n, _ in self.io}
+        self.dynamic = {n: any(d < 0 for d in compat.engine_shape(self.engine, n)) for n in self.inputs}
+        self.max_shape, self.min_batch = {}, {}
+        for n in self.inputs:
+            if self.dynamic[n]:
+                lo, _, shape = compat.profile_shape(self.engine, n)
+                self.min_batch[n] = int(lo[0])
+            else:
+                shape = compat.engine_shape(self.engine, n)
+                self.min_batch[n] = int(shape[0])
+            self.max_shape[n] = tuple(shape)
+            if self.dynamic[n]:
+                compat.set_input_shape(self.context, self.engine, n, shape)
+        self.device = {}
+        for n, _ in self.io:
+            shape = self.max_shape.get(n) or compat.context_shape(self.context, self.engine, n)
+            nbytes = int(np.prod(shape)) * self.dtypes[n].itemsize
+            self.device[n] = self.cuda.malloc(nbytes)
+        self.stream = self.cuda.stream()
+        self.execute = compat.Executor(self.engine, self.context, self.device)
+
+    def tensor_names(self) -> list[str]:
+        return list(self.outputs)
+
+    def output_names(self) -> list[str]:
+        return list(self.outputs)
+
+    def _feed(self, batch: Mapping[str, np.ndarray]) -> int:
+        n = None
+        for name in self.inputs:
+            if name not in batch:
+                raise DataError(f"{self.label}: batch lacks engine input '{name}' (has {sorted(batch)})")
+            x = np.ascontiguousarray(batch[name], dtype=self.dtypes[name])
+            n = x.shape[0] if n is None else n
+            full = self.max_shape[name]
+            if x.ndim != len(full) or tuple(x.shape[1:]) != tuple(full[1:]) or x.shape[0] > full[0]:
+                raise DataError(f"{self.label}: input '{name}' has shape {list(x.shape)}, the engine takes "
+                                f"{list(full)}")
+            if x.shape[0] < self.min_batch[name]:  # below the engine's batch: pad, outputs are cut back
+                pad = self.min_batch[name] - x.shape[0]
+                x = np.concatenate([x, np.zeros((pad, *x.shape[1:]), x.dtype)])
+            if self.dynamic[name]:
+                compat.set_input_shape(self.context, self.engine, name, x.shape)
+            self.cuda.to_device(self.device[name], x)
+        return int(n)
+
+    def run(self, batch: Mapping[str, np.ndarray], outputs: Sequence[str] | None = None) -> dict[str, np.ndarray]:
+        n = self._feed(batch)
+        self.execute(self.stream)
+        self.cuda.sync(self.stream)
+        out = {}
+        for name in outputs if outputs is not None else self.outputs:
+            if name not in self.device or name in self.inputs:
+                raise CalibError(f"{self.label}: '{name}' is not an engine output")
+            host = np.empty(compat.context_shape(self.context, self.engine, name), self.dtypes[name])
+            self.cuda.to_host(host, self.device[name])
+            host = host[:n] if host.ndim and host.shape[0] >= n else host
+            out[name] = host.astype(np.float32) if host.dtype == np.float16 else host
+        return out
+
+    def latency(self, batch: Mapping[str, np.ndarray], warmup: int = 50, iters: int = 50,
+                repeats: int = 15) -> dict:
+        """Median over `repeats` groups of `iters` back-to-back runs (CUDA events), after `warmup` runs."""
+        n = self._feed(batch)
+        for _ in range(warmup):
+            self.execute(self.stream)
+        self.cuda.sync(self.stream)
+        start, end = self.cuda.event(), self.cuda.event()
+        per_run = []
+        for _ in range(repeats):
+            self.cuda.record(start, self.stream)
+            for _ in range(iters):
+                self.execute(self.stream)
+            self.cuda.record(end, self.stream)
+            per_run.append(self.cuda.elapsed_ms(start, end) / iters)
+        med = statistics.median(per_run)
+        return {"batch": n, "median_ms": round(med, 4), "min_ms": round(min(per_run), 4),
+                "max_ms": round(max(per_run), 4), "throughput_per_s": round(n * 1000.0 / med, 1),
+                "runs": repeats * iters}
+
+    def close(self) -> None:
+        for ptr in self.device.values():
+            self.cuda.free(ptr)
+        self.device = {}

@@ -1,0 +1,59 @@
+"""The cuda-python runtime calls calib uses, on host memory shared with the TensorRT stand-in; every call
+returns (error, value...) as cuda-python does."""
+import enum
+import types
+
+from tests.standin.tensorrt import SHARED
+
+_OK = 0
+
+
+class cudaMemcpyKind(enum.IntEnum):
+    cudaMemcpyHostToDevice = 1
+    cudaMemcpyDeviceToHost = 2
+
+
+def cudaSetDevice(device):
+    return (_OK,) if device == 0 else (101,)
+
+
+def cudaGetDeviceProperties(device):
+    return _OK, types.SimpleNamespace(name=b"stand-in GPU\x00\x00", major=9, minor=0)
+
+
+def cudaMalloc(nbytes):
+    return _OK, SHARED.malloc(nbytes)
+
+
+def cudaFree(ptr):
+    SHARED.free(ptr)
+    return (_OK,)
+
+
+def cudaMemcpy(dst, src, nbytes, kind):
+    SHARED.copy(dst, src, nbytes)
+    return (_OK,)
+
+
+def cudaStreamCreate():
+    return _OK, 7
+
+
+def cudaStreamSynchronize(stream):
+    return (_OK,)
+
+
+def cudaEventCreate():
+    return _OK, object()
+
+
+def cudaEventRecord(event, stream):
+    return (_OK,)
+
+
+def cudaEventSynchronize(event):
+    return (_OK,)
+
+
+def cudaEventElapsedTime(start, end):
+    return _OK, 25.0
