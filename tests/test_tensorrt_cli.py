@@ -1,0 +1,120 @@
+"""`calib build`, `calib bench` and `calib run` with `backend: tensorrt`, in subprocesses whose `import tensorrt`
+and `import cuda.cudart` find the stand-in (tests/standin/site); and the one-line error where TensorRT is absent."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from calib.cache import read_cache
+from conftest import GOLDEN, ROOT
+
+CNN = GOLDEN / "cnn" / "cnn.onnx"
+
+
+def calib_cli(*args, standin=True, version="8.6.0", cwd=None):
+    env = dict(os.environ)
+    path = [str(ROOT / "tests" / "standin" / "site"), str(ROOT)] if standin else [str(ROOT)]
+    env["PYTHONPATH"] = os.pathsep.join(path + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    env["STANDIN_TRT_VERSION"] = version
+    return subprocess.run([sys.executable, "-m", "calib", "-q", *map(str, args)], capture_output=True, text=True,
+                          env=env, cwd=cwd or ROOT, timeout=600)
+
+
+def test_build_from_a_calib_cache_then_bench(tmp_path):
+    data = GOLDEN / "cnn" / "cnn_calib.npy"
+    r = calib_cli("calibrate", CNN, "--data", data, "--algo", "mse", "-o", tmp_path / "caches")
+    assert r.returncode == 0, r.stderr
+    eng = tmp_path / "cnn.mse.engine"
+    r = calib_cli("build", CNN, "--cache", tmp_path / "caches" / "mse.cache", "--precision", "int8,fp16",
+                  "--layer-precision", "op:Gemm=fp32", "--batch-size", "8", "-o", eng)
+    assert r.returncode == 0, r.stderr
+    assert "wrote" in r.stdout and "int8" in r.stdout
+    side = json.loads((tmp_path / "cnn.mse.engine.json").read_text())
+    assert side["cache_algorithm"] == "mse" and side["calibrator"]["batches"] == 0
+    assert side["layer_precisions"] == ["op:Gemm=fp32"] and side["input_shapes"]["input"] == [8, 3, 64, 64]
+    r = calib_cli("bench", eng, "--json", "--iters", "2", "--repeats", "3")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["batch"] == 8
+
+
+def test_build_with_tensorrt_calibrator_writes_its_cache(tmp_path):
+    eng = tmp_path / "cnn.engine"
+    r = calib_cli("build", CNN, "--calibrator", "minmax", "--data", GOLDEN / "cnn" / "cnn_calib.npy",
+                  "--precision", "int8", "--batch-size", "8", "-o", eng)
+    assert r.returncode == 0, r.stderr
+    c = read_cache(tmp_path / "cnn.cache")
+    gold = read_cache(GOLDEN / "cnn" / "int8-minmax.cache")
+    assert c.scales["conv2"] == pytest.approx(gold.scales["conv2"], rel=1e-5)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--precision", "int8"], "needs --cache"),
+    (["--precision", "int8", "--calibrator", "entropy2"], "needs --data"),
+    (["--precision", "fp64"], "not one of"),
+    (["--precision", "int8,fp16", "--cache", GOLDEN / "mobilenet_v2" / "minmax.cache"], "not in the model"),
+    (["--layer-precision", "nosuch=fp16", "--precision", "fp16"], "matches no layer"),
+    (["--shape", "input=8x3xA"], "NAME=1x3x224x224"),
+])
+def test_build_errors_are_one_line(tmp_path, args, message):
+    out = tmp_path / "x.engine"
+    r = calib_cli("build", CNN, "-o", out, *args)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert message in r.stderr and "Traceback" not in r.stderr
+    assert not out.exists() and not (tmp_path / "x.engine.json").exists()
+
+
+def test_tensorrt_11_build_from_cache_points_to_qdq(tmp_path):
+    r = calib_cli("build", CNN, "--cache", GOLDEN / "cnn" / "int8-minmax.cache", "--precision", "int8",
+                  "-o", tmp_path / "x.engine", version="11.0.0")
+    assert r.returncode == 2 and "Q/DQ" in r.stderr
+
+
+def test_without_tensorrt_build_names_the_extra(tmp_path):
+    r = calib_cli("build", CNN, "--precision", "fp16", "-o", tmp_path / "x.engine", standin=False)
+    if r.returncode == 0:
+        pytest.skip("tensorrt is installed here")
+    assert r.returncode == 2 and "pip install 'calib[trt]'" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_run_recipe_with_tensorrt_backend(tmp_path):
+    """The whole `calib run` with engines: caches, engines from each cache and from TensorRT's calibrator, the
+    simulation told the engines' precisions, latency, the best engine and its sidecar, the report."""
+    data = np.load(GOLDEN / "cnn" / "cnn_calib.npy")
+    np.save(tmp_path / "calib.npy", data[:24])
+    np.save(tmp_path / "eval.npy", data[24:40])
+    (tmp_path / "r.yaml").write_text(f"""
+name: cnn_trt
+model: {CNN}
+calibration_data: {{kind: npy, path: calib.npy}}
+evaluation_data: {{kind: npy, path: eval.npy}}
+preprocess: {{scale: 1.0, layout: NCHW}}
+calibration: {{algorithms: [minmax, percentile], batch_size: 8}}
+evaluation: {{task: outputs}}
+backend: {{kind: tensorrt, batch_size: 8, layer_precisions: ["op:Gemm=fp32"], trt_calibrator: minmax}}
+output: out
+""")
+    r = calib_cli("run", tmp_path / "r.yaml")
+    assert r.returncode == 0, r.stderr
+    out = tmp_path / "out"
+    rep = json.loads((out / "report.json").read_text())
+    t = rep["tensorrt"]
+    assert set(t["engines"]) == {"trt-fp32", "trt-fp16", "trt-int8-minmax", "trt-int8-percentile",
+                                 "trt-int8-tensorrt-minmax"}
+    assert t["engines"]["trt-int8-minmax"]["calibrator"]["batches"] == 0  # fed from calib's cache
+    assert t["engines"]["trt-int8-tensorrt-minmax"]["calibrator"]["batches"] == 3  # 24 samples / 8
+    assert t["engines"]["trt-int8-minmax"]["layers_set"] and t["layer_precisions"] == ["op:Gemm=fp32"]
+    configs = rep["evaluation"]["configs"]
+    assert {"minmax@engine", "percentile@engine", "trt-fp16"} <= set(configs)
+    assert configs["trt-fp32"]["outputs"]["logits"]["sqnr_db"] > 100  # stand-in engines run FP32
+    best = t["best_engine"]
+    eng = out / f"cnn.{best[len('trt-int8-'):]}.engine"
+    assert eng.is_file() and json.loads(eng.with_name(eng.name + ".json").read_text())["latency"]["batch"] == 8
+    assert (out / "tensorrt-minmax.cache").is_file() and (out / "tensorrt-minmax.json").is_file()
+    md = (out / "report.md").read_text()
+    assert "## TensorRT engines (8.6.0" in md and "trt-int8-percentile" in md
+    assert rep["summary"]["best"] in ("minmax", "percentile")  # the Q/DQ model comes from an algorithm

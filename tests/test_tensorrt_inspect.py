@@ -1,0 +1,56 @@
+"""Per-layer precision from the engine inspector's JSON (detailed verbosity), and its mapping to ONNX nodes."""
+from __future__ import annotations
+
+import json
+
+from calib.runners.tensorrt.inspect import format_precision, layer_precision, node_precisions, parse_layers, split_fused
+
+# The shape of TensorRT 8.6's detailed layer information (IEngineInspector, LayerInformationFormat.JSON).
+INFO = {"Layers": [
+    {"Name": "/features/features.0/features.0.0/Conv + /features/features.0/features.0.2/Clip",
+     "LayerType": "CaskConvolution",
+     "Inputs": [{"Name": "input", "Dimensions": [32, 3, 224, 224],
+                 "Format/Datatype": "Four wide channel vectorized row major Int8 format"}],
+     "Outputs": [{"Name": "/features/features.0/features.0.2/Clip_output_0", "Dimensions": [32, 32, 112, 112],
+                  "Format/Datatype": "Thirty-two wide channel vectorized row major Int8 format"}],
+     "TacticName": "sm90_xmma_fprop_implicit_gemm_interleaved_i8i8_i8i32_f32"},
+    {"Name": "/classifier/classifier.1/Gemm", "LayerType": "CaskGemmConvolution",
+     "Inputs": [{"Name": "x", "Format/Datatype": "Row major linear FP32"}],
+     "Outputs": [{"Name": "logits", "Format/Datatype": "Row major linear FP32"}], "TacticName": "gemm"},
+    {"Name": "PWN(PWN(/a/Add, /a/Relu), /a/Mul)", "LayerType": "PointWiseV2",
+     "Inputs": [{"Name": "a", "Format/Datatype": "Channel major FP16 format where channel % 8 == 0"}],
+     "Outputs": [{"Name": "b", "Format/Datatype": "Channel major FP16 format where channel % 8 == 0"}]},
+    {"Name": "Reformatting CopyNode for Input Tensor 0 to /classifier/classifier.1/Gemm", "LayerType": "Reformat",
+     "Inputs": [{"Name": "y", "Format/Datatype": "Thirty-two wide channel vectorized row major Int8 format"}],
+     "Outputs": [{"Name": "x", "Format/Datatype": "Row major linear FP32"}]},
+    {"Name": "/last/Conv", "LayerType": "CaskConvolution",
+     "Inputs": [{"Name": "q", "Format/Datatype": "Thirty-two wide channel vectorized row major Int8 format"}],
+     "Outputs": [{"Name": "r", "Format/Datatype": "Row major linear FP32"}]},
+], "Bindings": ["input", "logits"]}
+
+
+def test_formats():
+    assert format_precision("Row major linear FP32") == "fp32"
+    assert format_precision("Channel major FP16 format where channel % 2 == 0") == "fp16"
+    assert format_precision("Thirty-two wide channel vectorized row major Int8 format") == "int8"
+    assert format_precision("Row major linear INT32 format") is None
+
+
+def test_layers_and_fusions():
+    layers = parse_layers(json.dumps(INFO))
+    assert [l["precision"] for l in layers] == ["int8", "fp32", "fp16", "int8", "int8"]
+    assert layers[0]["fused"] == ["/features/features.0/features.0.0/Conv", "/features/features.0/features.0.2/Clip"]
+    assert layers[2]["fused"] == ["/a/Add", "/a/Relu", "/a/Mul"]
+    assert layers[3]["fused"] == []  # a reformat holds no network layer
+    assert layer_precision(INFO["Layers"][4]) == "int8"  # an INT8 kernel that writes FP32 is an INT8 layer
+    nodes = ["/features/features.0/features.0.0/Conv", "/classifier/classifier.1/Gemm", "/a/Add", "/last/Conv",
+             "/folded/away"]
+    prec = node_precisions(layers, nodes)
+    assert prec == {"/features/features.0/features.0.0/Conv": "int8", "/classifier/classifier.1/Gemm": "fp32",
+                    "/a/Add": "fp16", "/last/Conv": "int8"}
+
+
+def test_names_only_verbosity():
+    layers = parse_layers(["a + b", "c"])
+    assert [l["fused"] for l in layers] == [["a", "b"], ["c"]] and layers[0]["precision"] == "?"
+    assert split_fused("x") == ["x"]

@@ -1,0 +1,216 @@
+"""The TensorRT backend against the stand-in (tests/standin): everything that needs no GPU. The stand-in follows
+what real TensorRT 8.6 did on an H200 (the calibrator protocol, cache bytes, I/O APIs); its engines run the
+model with ONNX Runtime, so outputs are real numbers. The same paths run on real TensorRT in tests/gpu."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from calib.cache import parse_cache, read_cache, read_sidecar
+from calib.calibrate import calibrate
+from calib.data.arrays import ArraySource
+from calib.errors import CacheError, CalibError, DataError
+from calib.runners.onnxruntime import OrtRunner
+from calib.runners.tensorrt import compat
+from calib.runners.tensorrt.builder import BuildSpec, build, parse_layer_precisions, write_engine
+from calib.runners.tensorrt.calibrators import Rebatcher, cache_calibrator, make_calibrator
+from calib.runners.tensorrt.runner import TrtRunner
+from conftest import GOLDEN
+from standin.tensorrt import Memory, make_trt
+
+CNN = GOLDEN / "cnn" / "cnn.onnx"
+SHAPE = {"input": ((3, 64, 64), np.float32)}
+
+
+@pytest.fixture(scope="module")
+def cnn_data():
+    return np.load(GOLDEN / "cnn" / "cnn_calib.npy")
+
+
+def _trt(version="8.6.0"):
+    mem = Memory()
+    return make_trt(version, mem), mem
+
+
+def test_cache_version_and_flags():
+    assert compat.cache_version(make_trt("8.6.0")) == "8600"
+    assert compat.cache_version(make_trt("10.3.0")) == "100300"
+    t86, t10 = make_trt("8.6.0"), make_trt("10.3.0")
+    assert compat.network_flags(t86) == 1 << int(t86.NetworkDefinitionCreationFlag.EXPLICIT_BATCH)
+    assert compat.network_flags(t10) == 0
+    assert compat.network_flags(t10, strongly_typed=True) == 1 << int(t10.NetworkDefinitionCreationFlag.STRONGLY_TYPED)
+    with pytest.raises(CalibError, match="strongly typed"):
+        compat.network_flags(t86, strongly_typed=True)
+
+
+def test_tensorrt_11_refuses_implicit_int8_and_points_to_qdq(cnn_data):
+    trt, mem = _trt("11.0.0")
+    with pytest.raises(CalibError, match="Q/DQ"):
+        make_calibrator("entropy2", ArraySource(cnn_data, "input", 8), SHAPE, 8, mem, None, "", trt)
+    with pytest.raises(CalibError, match="Q/DQ"):
+        build(CNN, BuildSpec(precisions=("int8",), batch_size=8), None, trt, mem)
+    built = build(CNN, BuildSpec(precisions=("fp32", "fp16"), batch_size=8), None, trt, mem)  # no INT8: fine
+    assert built.info["layer_summary"] == {"fp16": 9}
+
+
+def test_rebatcher_keeps_every_sample_in_order_and_pads_the_last():
+    x = np.arange(13 * 2, dtype=np.float32).reshape(13, 2)
+    src = [{"in": x[i:i + 5]} for i in range(0, 13, 5)]  # 5, 5, 3
+    rb = Rebatcher(src, {"in": ((2,), np.float32)}, 4)
+    got = list(rb)
+    assert [b["in"].shape for b in got] == [(4, 2)] * 4
+    flat = np.concatenate([b["in"] for b in got])
+    np.testing.assert_array_equal(flat[:13], x)
+    np.testing.assert_array_equal(flat[13:], x[12:13].repeat(3, 0))  # padded with copies of its own samples
+    assert (rb.samples, rb.padded) == (13, 3)
+    with pytest.raises(DataError, match="sample shape"):
+        list(Rebatcher([{"in": np.zeros((2, 3), np.float32)}], {"in": ((2,), np.float32)}, 4))
+
+
+def test_minmax_calibrator_feeds_the_real_data(cnn_data, tmp_path):
+    """The stand-in's MinMax reads the batches back from device memory; its scales match real TensorRT MinMax's
+    golden cache only if every sample reached the device intact."""
+    trt, mem = _trt()
+    cache = tmp_path / "trt-minmax.cache"
+    c = make_calibrator("minmax", ArraySource(cnn_data, "input", 5), SHAPE, 8, mem, cache, "sha-of-model", trt)
+    build(CNN, BuildSpec(precisions=("int8",), batch_size=8), c, trt, mem)
+    assert c.calls == 8 and c.written == cache
+    ours, gold = read_cache(cache), read_cache(GOLDEN / "cnn" / "int8-minmax.cache")
+    assert ours.carrier == "MinMaxCalibration"
+    for name in ("input", "conv0", "conv1", "conv2", "logits"):
+        assert ours.scales[name] == pytest.approx(gold.scales[name], rel=1e-5), name
+    side = read_sidecar(cache)
+    assert side["algorithm"] == "trt-minmax" and side["samples"] == 64 and side["model_sha256"] == "sha-of-model"
+    assert mem.blocks == {}  # device buffers freed after the build
+
+    # a second build with the same cache file: no calibration pass
+    c2 = make_calibrator("minmax", ArraySource(cnn_data, "input", 8), SHAPE, 8, mem, cache, "sha-of-model", trt)
+    build(CNN, BuildSpec(precisions=("int8",), batch_size=8), c2, trt, mem)
+    assert c2.calls == 0 and c2.reused
+    # another model's cache (hash differs) is not reused
+    c3 = make_calibrator("minmax", ArraySource(cnn_data, "input", 8), SHAPE, 8, mem, cache, "other", trt)
+    build(CNN, BuildSpec(precisions=("int8",), batch_size=8), c3, trt, mem)
+    assert c3.calls == 8 and not c3.reused
+
+
+def test_cache_fed_calibrator_is_read_without_batches(tmp_path, cnn_data):
+    res = calibrate(CNN, cnn_data, ["percentile"], batch_size=8)
+    trt, mem = _trt()
+    fed = cache_calibrator(res.amax["percentile"], trt)  # percentile scales under TensorRT's Entropy2 header
+    assert fed.read_calibration_cache().startswith(b"TRT-8600-EntropyCalibration2\n")
+    build(CNN, BuildSpec(precisions=("int8",), batch_size=8), fed, trt, mem)
+    assert fed.calls == 0
+    relabelled = cache_calibrator(read_cache(GOLDEN / "cnn" / "int8-minmax.cache"), trt, "EntropyCalibration2")
+    build(CNN, BuildSpec(precisions=("int8",), batch_size=8), relabelled, trt, mem)
+    assert relabelled.calls == 0
+    text = relabelled.read_calibration_cache().decode()
+    assert parse_cache(text).scales == read_cache(GOLDEN / "cnn" / "int8-minmax.cache").scales  # bits kept
+
+
+def test_a_cache_under_the_wrong_header_is_an_error_not_a_silent_recalibration():
+    trt, mem = _trt()
+    fed = cache_calibrator(read_cache(GOLDEN / "cnn" / "int8-minmax.cache"), trt, "EntropyCalibration2")
+    fed.text = read_cache(GOLDEN / "cnn" / "int8-minmax.cache").text()  # MinMax header on an Entropy2 class
+    with pytest.raises(CacheError, match="ignored the calibration cache"):
+        build(CNN, BuildSpec(precisions=("int8",), batch_size=8), fed, trt, mem)
+
+
+def test_errors_inside_get_batch_are_raised_after_the_build(cnn_data):
+    def broken():
+        yield {"input": cnn_data[:8]}
+        raise DataError("photo_17.jpg: truncated file")
+
+    class Source:
+        def __iter__(self):
+            return broken()
+
+    trt, mem = _trt()
+    c = make_calibrator("entropy2", Source(), SHAPE, 8, mem, None, "", trt)
+    with pytest.raises(DataError, match="photo_17.jpg"):
+        build(CNN, BuildSpec(precisions=("int8",), batch_size=8), c, trt, mem)
+
+
+@pytest.mark.parametrize("version", ["8.6.0", "8.4.0", "10.3.0"])
+def test_runner_matches_onnxruntime_on_every_io_api(version, cnn_data):
+    trt, mem = _trt(version)
+    built = build(CNN, BuildSpec(precisions=("fp32",), batch_size=8), None, trt, mem)
+    r = TrtRunner(built.plan, trt, mem)
+    assert r.execute.v3 == (version != "8.4.0")
+    ref = OrtRunner(CNN).run({"input": cnn_data[:5]})["logits"]
+    got = r.run({"input": cnn_data[:5]})["logits"]  # short batch: padded to the engine's 8, cut back
+    assert got.shape == (5, 10)
+    np.testing.assert_allclose(got, ref, rtol=1e-6)
+    with pytest.raises(DataError, match="engine takes"):
+        r.run({"input": cnn_data[:9]})
+    with pytest.raises(DataError, match="lacks engine input"):
+        r.run({"x": cnn_data[:2]})
+    lat = r.latency({"input": cnn_data[:8]}, warmup=2, iters=3, repeats=4)
+    assert lat["batch"] == 8 and lat["runs"] == 12 and lat["median_ms"] > 0
+    r.close()
+    assert mem.blocks == {}
+
+
+def test_layer_precisions_by_op_type_name_and_regex(cnn_data):
+    trt, mem = _trt()
+    fed = cache_calibrator(read_cache(GOLDEN / "cnn" / "int8-minmax.cache"), trt, "EntropyCalibration2")
+    spec = BuildSpec(precisions=("int8",), batch_size=8, layer_precisions=("op:Gemm=fp32", "re:Conv\\]$=fp16"))
+    built = build(CNN, spec, fed, trt, mem)
+    kinds = {layer["name"]: layer["precision"] for layer in built.layers}
+    assert [p for n, p in kinds.items() if "[Gemm]" in n] == ["fp32"]
+    assert {p for n, p in kinds.items() if "[Conv]" in n} == {"fp16"}
+    assert "fp16" in built.info["precisions"]  # fp16 layers turn the FP16 flag on
+    assert trt.BuilderFlag.PREFER_PRECISION_CONSTRAINTS in trt.builds[-1]["config"].flags
+    with pytest.raises(CalibError, match="matches no layer"):
+        build(CNN, BuildSpec(precisions=("int8",), batch_size=8, layer_precisions=("nosuch=fp16",)), fed, trt, mem)
+    with pytest.raises(CalibError, match="PATTERN=PRECISION"):
+        parse_layer_precisions(["op:Gemm"])
+    with pytest.raises(CalibError, match="not one of"):
+        parse_layer_precisions(["op:Gemm=int4"])
+
+
+def test_qdq_model_builds_explicitly(tmp_path, cnn_data):
+    from calib.qdq import insert_qdq
+    import onnx
+
+    res = calibrate(CNN, cnn_data, ["minmax"], batch_size=8)
+    q = tmp_path / "cnn.qdq.onnx"
+    onnx.save(insert_qdq(onnx.load(str(CNN)), res.amax["minmax"]), str(q))
+    for version in ("8.6.0", "10.3.0", "11.0.0"):
+        trt, mem = _trt(version)
+        built = build(q, BuildSpec(precisions=("int8",), batch_size=8), None, trt, mem)
+        assert built.info["explicit_qdq"]
+        cfg = trt.builds[-1]["config"]
+        net = trt.builds[-1]["network"]
+        if version == "8.6.0":
+            assert trt.BuilderFlag.INT8 in cfg.flags and cfg.int8_calibrator is None
+        else:  # strongly typed: the types come from the Q/DQ nodes
+            assert net.flags & (1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED))
+            assert trt.BuilderFlag.INT8 not in cfg.flags
+
+
+def test_engine_written_atomically_with_its_sidecar(tmp_path):
+    trt, mem = _trt()
+    built = build(CNN, BuildSpec(precisions=("fp32", "fp16"), batch_size=4, timing_cache=str(tmp_path / "t.cache")),
+                  None, trt, mem)
+    out = write_engine(tmp_path / "cnn.engine", built, {"cache": None})
+    side = json.loads((tmp_path / "cnn.engine.json").read_text())
+    assert out.read_bytes() == built.plan
+    assert side["tensorrt"] == "8.6.0" and side["gpu"].startswith("stand-in GPU")
+    assert side["precisions"] == ["fp32", "fp16"] and side["input_shapes"] == {"input": [4, 3, 64, 64]}
+    assert side["engine_bytes"] == len(built.plan) and len(side["layers"]) == 9
+    assert (tmp_path / "t.cache").read_bytes() == b"timing"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cnn.engine", "cnn.engine.json", "t.cache"]
+    (tmp_path / "adir").mkdir()
+    with pytest.raises(CalibError, match="not a folder"):
+        write_engine(tmp_path / "adir", built)
+
+
+def test_missing_tensorrt_is_one_line_naming_the_extra():
+    import importlib.util
+
+    if importlib.util.find_spec("tensorrt") is not None:
+        pytest.skip("tensorrt is installed here")
+    with pytest.raises(CalibError, match=r"pip install 'calib\[trt\]'"):
+        compat.load()
