@@ -124,9 +124,9 @@ def context_shape(context, engine, name: str) -> tuple[int, ...]:
 class Executor:
     """Runs one execution context on a stream with fixed device addresses, v3 where it exists, else v2."""
 
-    def __init__(self, engine, context, addresses: dict):
+    def __init__(self, engine, context, addresses: dict, prefer_v3: bool = True):
         self.context = context
-        self.v3 = has(context, "execute_async_v3") and has(context, "set_tensor_address")
+        self.v3 = prefer_v3 and has(context, "execute_async_v3") and has(context, "set_tensor_address")
         if self.v3:
             for name, ptr in addresses.items():
                 context.set_tensor_address(name, int(ptr))

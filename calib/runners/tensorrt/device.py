@@ -19,7 +19,11 @@ class Cuda:
 
     def __init__(self, device: int = 0):
         self.rt = _cudart()
-        self._check(self.rt.cudaSetDevice(device), "cudaSetDevice")
+        try:
+            res = self.rt.cudaSetDevice(device)
+        except RuntimeError as exc:  # no driver: cuda-python cannot load libcuda
+            raise CalibError(f"no usable NVIDIA GPU here ({exc})") from None
+        self._check(res, f"cudaSetDevice({device})")
         self.device = device
 
     def _check(self, res, what: str):

@@ -20,7 +20,8 @@ class TrtRunner:
 
     backend = "tensorrt"
 
-    def __init__(self, plan: bytes | str | Path, trt=None, cuda=None, label: str | None = None):
+    def __init__(self, plan: bytes | str | Path, trt=None, cuda=None, label: str | None = None,
+                 prefer_v3: bool = True):
         self.trt = trt or compat.load()
         if cuda is None:
             from calib.runners.tensorrt.device import Cuda
@@ -64,7 +65,7 @@ class TrtRunner:
             nbytes = int(np.prod(shape)) * self.dtypes[n].itemsize
             self.device[n] = self.cuda.malloc(nbytes)
         self.stream = self.cuda.stream()
-        self.execute = compat.Executor(self.engine, self.context, self.device)
+        self.execute = compat.Executor(self.engine, self.context, self.device, prefer_v3)
 
     def tensor_names(self) -> list[str]:
         return list(self.outputs)
