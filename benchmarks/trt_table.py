@@ -102,7 +102,8 @@ def main() -> None:
              "opt_level": args.opt_level, "date": time.strftime("%Y-%m-%d"), "ort_fp32_seconds": time.time() - t0,
              "engines": {}}
     timing = "/tmp/calib-mbv2.timing"  # shared by the builds: later builds reuse the tactic timings
-    ref = None
+    ref_file = Path("/tmp/calib-mbv2-fp32-logits.npy")  # the FP32 engine's outputs, for runs split over calls
+    ref = np.load(ref_file) if ref_file.is_file() else None
     layers = {}
     trt_cache = out / "tensorrt-entropy2.cache"
     for name, precisions, source, rules in jobs(args):
@@ -129,6 +130,7 @@ def main() -> None:
             continue
         if name == "fp32":
             ref = y
+            np.save(ref_file, y)
         row = {"precisions": list(built.info["precisions"]), "layer_summary": built.info["layer_summary"],
                "build_s": round(built.seconds, 1), "median_ms": lat["median_ms"], "min_ms": lat["min_ms"],
                "max_ms": lat["max_ms"], "layers_kept": len(rules),

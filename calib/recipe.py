@@ -84,6 +84,8 @@ class SensitivitySpec:
     samples: int = 8  # evaluation images used by the search
     both: bool = True  # also rank with only this layer quantized
     precision: str = field(default="fp16", metadata={"choices": ("fp16", "fp32")})
+    per_tensor: tuple[str, ...] = ()  # algorithms tried per tensor on the layers left in INT8 (best-of)
+    per_tensor_layers: int = 12  # how many of the most sensitive INT8 layers get the per-tensor choice
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,9 @@ from calib.calibrate import collect, compute_all
 from calib.data.sources import make_source
 from calib.errors import CalibError
 from calib.evaluate.report import _png
-from calib.fallback import Scorer, budget_target, layer_precisions, quantizable_layers, rank, search
+from calib.cache import write_cache
+from calib.fallback import (Scorer, best_of, budget_target, layer_inputs, layer_precisions, quantizable_layers, rank,
+                            search)
 from calib.io import atomic_write_bytes, atomic_write_json, atomic_write_text
 from calib.model import inspect_model
 from calib.pipeline import staged
@@ -41,6 +43,29 @@ def _chart(curve, fp32: float, target: float, metric: str) -> str:
     return _png(fig)
 
 
+def _per_tensor(scorer, model, ranking, target, found, amaxes, spec):
+    """Best-of per tensor on the inputs of the most sensitive layers still in INT8, then the search again with
+    those scales: a different algorithm for a few tensors can spare layers from the float fallback."""
+    floats = set(found["float_layers"])
+    still_int8 = [r["layer"] for r in ranking if r["layer"] not in floats][:spec.per_tensor_layers]
+    tensors = layer_inputs(model, still_int8)
+    cands = {a: amaxes[a] for a in spec.per_tensor if a != spec.algorithm}
+    res = best_of(scorer, cands, tensors, tuple(found["float_layers"]))
+    overrides = {t: v for t, (_, v) in res["choices"].items()}
+    again = search(scorer, ranking, target, overrides) if overrides else found
+    log.info("per-tensor algorithms on %d tensors: %d changed, %s %.4g -> %.4g; fallback %d -> %d layers",
+             len(tensors), len(overrides), spec.metric, res["before"], res["after"], len(found["float_layers"]),
+             len(again["float_layers"]))
+    better = (again["met"], -len(again["float_layers"]), again["score"]) > \
+        (found["met"], -len(found["float_layers"]), found["score"])
+    info = {"tensors_tried": tensors, "choices": res["choices"], "score_before": res["before"],
+            "score_after": res["after"], "used": bool(overrides) and better}
+    if not info["used"]:
+        info["choices"] = {}
+        return found, info
+    return again, info
+
+
 def run_sensitivity(recipe: Recipe, out: str | Path | None = None, verbose: bool = False) -> Path:
     out = Path(out) if out else Path(recipe.output) / "sensitivity"
     return staged(out, lambda stage: _sensitivity(recipe, stage), verbose)
@@ -56,9 +81,13 @@ def _sensitivity(recipe: Recipe, stage: Path) -> None:
     name = info.inputs[0][0]
     csrc = make_source(recipe.calibration_data, recipe.preprocess, name, recipe.calibration.batch_size)
     info, stats, samples, _ = collect(model_path, csrc, label=recipe.calibration_data.path, info=info)
-    amax, _, _ = compute_all(stats, info.activations, [spec.algorithm],
-                             {"percentile": {"percentile": recipe.calibration.percentile}})
-    amax = amax[spec.algorithm]
+    for a in spec.per_tensor:
+        if a not in registry.names():
+            raise CalibError(f"{recipe.source}: sensitivity.per_tensor: unknown algorithm '{a}'")
+    algos = list(dict.fromkeys([spec.algorithm, *spec.per_tensor]))
+    amaxes, _, _ = compute_all(stats, info.activations, algos,
+                               {"percentile": {"percentile": recipe.calibration.percentile}})
+    amax = amaxes[spec.algorithm]
     esrc = make_source(recipe.evaluation_data or recipe.calibration_data, recipe.preprocess, name,
                        recipe.evaluation.batch_size)
     batches, n = [], 0
@@ -73,11 +102,18 @@ def _sensitivity(recipe: Recipe, stage: Path) -> None:
     ranking = rank(scorer, layers, spec.both)
     target = budget_target(spec.metric, scorer.fp32_score, spec.max_drop, spec.min_sqnr_db)
     found = search(scorer, ranking, target)
+    per_tensor = None
+    if spec.per_tensor:
+        found, per_tensor = _per_tensor(scorer, model, ranking, target, found, amaxes, spec)
+        amax = {**amax, **{t: v for t, (_, v) in per_tensor["choices"].items()}}
+        write_cache(stage / "per_tensor.cache", amax, recipe.calibration.trt_version, recipe.calibration.carrier)
     log.info("%s: FP32 %.4g, INT8 %.4g; %d layers in %s reach %.4g (budget %.4g)", spec.metric,
              found["fp32_score"], found["int8_score"], len(found["float_layers"]), spec.precision, found["score"],
              target)
     result = {"recipe": recipe.name, "algorithm": spec.algorithm, "metric": spec.metric, "max_drop": spec.max_drop,
               "samples": n, "calibration_samples": samples, "layers": len(layers), "ranking": ranking, **found}
+    if per_tensor is not None:
+        result["per_tensor"] = {**per_tensor, "choices": {t: a for t, (a, _) in per_tensor["choices"].items()}}
     atomic_write_json(stage / "sensitivity.json", result)
     atomic_write_text(stage / "layer_precisions.txt", layer_precisions(found["float_layers"], spec.precision))
     atomic_write_text(stage / "exclude.txt", "".join(f"{n}\n" for n in found["float_layers"]))
