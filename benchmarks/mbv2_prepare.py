@@ -55,6 +55,9 @@ def main() -> None:
             p = cachefmt.write_cache(OUT / f"{a}.cache", amax[a])
             cachefmt.write_sidecar(p, cachefmt.Sidecar(a, used[a], amax[a], info.sha256, fp, "calib", "8600",
                                                        "EntropyCalibration2", samples))
+    for p in sorted(OUT.glob("*.cache")):  # e.g. pt.cache: the sensitivity search's per-tensor mix
+        if p.stem not in amax:
+            amax[p.stem] = cachefmt.read_cache(p).amaxes()
     configs, exclude = dict(amax), {}
     for item in args.fallback:
         name, _, path = item.partition("=")

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU measurements behind benchmarks/RESULTS_TRT.md, on a machine with an NVIDIA GPU, TensorRT 8.6 and the
 # requirements-device.txt wheels for Python 3.10, from the repository root:
-#   bash benchmarks/run_gpu.sh tests|table|table-fallback|yolo OUT PHOTOS
+#   bash benchmarks/run_gpu.sh tests|table|table2|table-fallback|yolo OUT PHOTOS
 # PHOTOS: the 256 golden photos (tests/golden/trt86-h200/make_calib_data.py writes them).
 set -uo pipefail
 step=$1 out=$2 photos=${3:-photos_224.npy}
@@ -16,12 +16,16 @@ case $step in
     ;;
   table)
     timeout 540 $py benchmarks/trt_table.py --photos "$photos" --out "$out/mbv2" --opt-level 3 \
-      --only fp32,fp16,int8-tensorrt-entropy2,int8-minmax,int8-entropy,int8-percentile,int8-mse 2>&1 | tee "$out/table.log"
+      --only fp32,fp16,int8-tensorrt-entropy2,int8-percentile 2>&1 | tee "$out/table.log"
+    ;;
+  table2)
+    timeout 540 $py benchmarks/trt_table.py --photos "$photos" --out "$out/mbv2b" --opt-level 3 \
+      --only int8-minmax,int8-entropy,int8-mse,int8+fp16-tensorrt-entropy2 2>&1 | tee "$out/table2.log"
     ;;
   table-fallback)
     args=()
     for f in benchmarks/mbv2/fallback-*.txt; do n=${f##*/fallback-}; args+=(--fallback "${n%.txt}=$f"); done
-    only=int8+fp16-tensorrt-entropy2
+    only=int8-pt
     for f in benchmarks/mbv2/fallback-*.txt; do n=${f##*/fallback-}; only+=",int8-${n%.txt}"; done
     timeout 540 $py benchmarks/trt_table.py --photos "$photos" --out "$out/mbv2fb" --opt-level 3 --only "$only" \
       "${args[@]}" 2>&1 | tee "$out/table-fallback.log"
