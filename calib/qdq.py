@@ -125,7 +125,13 @@ def insert_qdq(model: onnx.ModelProto, amax: dict, exclude: Exclusions = Exclusi
                 done[name] = _qdq_pair(name, scale, None, new_nodes, new_inits)
         rewires.append((ni, ii, done[name]))
     for ni, ii, new in rewires:
-        g.node[ni].input[ii] = new
+        node = g.node[ni]
+        node.input[ii] = new
+        if ii == 1 and node.op_type in ("Conv", "ConvTranspose") and node.input[1] in done.values() and \
+                not any(a.name == "kernel_shape" for a in node.attribute):
+            # a Conv whose weights come out of a DequantizeLinear needs kernel_shape (TensorRT 8.6's parser)
+            w = inits[next(k for k, v in done.items() if v == new)]
+            node.attribute.append(helper.make_attribute("kernel_shape", list(w.dims[2:])))
     if missing:
         log.warning("no scale for %d tensors, left in float: %s", len(missing), ", ".join(sorted(missing)[:5]))
     # keep a topological order: each Q/DQ pair right before its first consumer

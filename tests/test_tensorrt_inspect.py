@@ -54,3 +54,13 @@ def test_names_only_verbosity():
     layers = parse_layers(["a + b", "c"])
     assert [l["fused"] for l in layers] == [["a", "b"], ["c"]] and layers[0]["precision"] == "?"
     assert split_fused("x") == ["x"]
+
+
+def test_unnamed_onnx_nodes_are_node_of_their_output():
+    """What TensorRT 8.6 named the small CNN's layers on an H200 (its nodes have no names)."""
+    layers = parse_layers({"Layers": [
+        {"Name": "node_of_conv1 + node_of_relu1", "LayerType": "CaskConvolution",
+         "Inputs": [{"Format/Datatype": "Channel major FP16 format where channel % 8 == 0"}]},
+        {"Name": "node_of_conv2 + node_of_relu2", "LayerType": "CaskConvolution",
+         "Inputs": [{"Format/Datatype": "Thirty-two wide channel vectorized row major Int8 format"}]}]})
+    assert node_precisions(layers, ["conv1", "conv2"]) == {"conv1": "fp16", "conv2": "int8"}

@@ -151,8 +151,6 @@ def test_layer_precisions_show_in_the_engine(cuda, data):
     built = build(CNN, _spec(precisions=("int8",), layer_precisions=("op:Gemm=fp32", "conv1=fp16"),
                              constraints="obey"), fed, trt, cuda)
     _keep("cnn-int8-layers.json", built.info)
-    by_part = {p: layer["precision"] for layer in built.layers for p in layer["fused"]}
-    assert any(v == "int8" for v in by_part.values()), built.layers
     kept = built.info["layers_set"]  # network layer name -> the precision asked for
     assert sorted(kept.values()) == ["fp16", "fp32"], kept
     for name, prec in kept.items():

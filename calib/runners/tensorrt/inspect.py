@@ -44,7 +44,7 @@ def layer_precision(layer: dict) -> str:
 
 def parse_layers(info: str | dict | list) -> list[dict]:
     """Inspector output (JSON text or parsed) -> [{name, type, precision, tactic, fused}] in engine order."""
-    data = json.loads(info) if isinstance(info, str) else info
+    data = json.loads(info, strict=False) if isinstance(info, str) else info  # TensorRT leaves raw newlines in strings
     layers = data.get("Layers", []) if isinstance(data, dict) else data
     out = []
     for layer in layers:
@@ -99,6 +99,8 @@ def node_precisions(layers: list[dict], node_names) -> dict:
     out = {}
     for layer in layers:
         for part in layer["fused"]:
+            if part not in known and part.startswith("node_of_"):  # TensorRT's name for an unnamed ONNX node
+                part = part[len("node_of_"):]
             if part in known and layer["precision"] != "?":
                 prev = out.get(part)
                 if prev is None or _ORDER[layer["precision"]] < _ORDER[prev]:
