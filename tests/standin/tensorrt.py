@@ -219,7 +219,7 @@ class _Parser:
             net.inputs.append(_Tensor(i.name, _ONNX_TO_DT.get(i.type.tensor_type.elem_type, DataType.FLOAT), dims))
         for k, node in enumerate(m.graph.node):
             if not node.name:
-                node.name = f"(Unnamed Layer* {k}) [{node.op_type}]"
+                node.name = f"node_of_{node.output[0]}"  # TensorRT 8.6's name for an unnamed ONNX node
             net.layers.append(_Layer(net.t, node))
         by_name = {o.name: o for layer in net.layers for o in layer.outputs}
         net.outputs = [by_name[o.name] for o in m.graph.output]
