@@ -68,6 +68,13 @@ class CalibrationResult:
         return paths
 
 
+def fingerprint_update(digest, name: str, x: np.ndarray) -> None:
+    """Add one input batch to a data fingerprint (the sidecars' data_fingerprint)."""
+    x = np.ascontiguousarray(x)
+    digest.update(f"{name}{x.shape}{x.dtype}".encode())
+    digest.update(x.data)
+
+
 def collect(model_path: str | Path, source, micro_batch: int = 8, nbins: int = DEFAULT_BINS,
             label: str = "calibration data", info: ModelInfo | None = None):
     """Run the FP32 model over `source` once; returns (ModelInfo, HistogramCollector, samples, fingerprint)."""
@@ -88,9 +95,7 @@ def collect(model_path: str | Path, source, micro_batch: int = 8, nbins: int = D
                 check_batch(batch, info, label)
             n = int(next(iter(batch.values())).shape[0])
             for name in inputs:
-                x = np.ascontiguousarray(batch[name])
-                digest.update(f"{name}{x.shape}{x.dtype}".encode())
-                digest.update(x.data)
+                fingerprint_update(digest, name, batch[name])
             for lo in range(0, n, micro_batch):
                 part = {k: v[lo:lo + micro_batch] for k, v in batch.items()}
                 outs = runner.run(part, wanted)

@@ -12,7 +12,7 @@ from calib.errors import CalibError
 from calib.model import inspect_model
 from calib.runners.tensorrt import compat
 from calib.runners.tensorrt.builder import BuildSpec, build, is_qdq, write_engine
-from calib.runners.tensorrt.calibrators import cache_calibrator, make_calibrator
+from calib.runners.tensorrt.calibrators import cache_calibrator, make_calibrator, sample_shapes
 
 log = logging.getLogger(__name__)
 
@@ -45,10 +45,9 @@ def build_engine_file(model, out, spec: BuildSpec, cache=None, calibrator: str |
 
             name = info.inputs[0][0]
             src = ArraySource(load_array(data), name, spec.batch_size, preprocess, label=str(data))
-            first = next(iter(src))[name]
             cache_out = out.with_suffix(".cache")
-            calib_obj = make_calibrator(calibrator, src, {name: (first.shape[1:], first.dtype)}, spec.batch_size,
-                                        cuda, cache_out, info.sha256, trt)
+            calib_obj = make_calibrator(calibrator, src, sample_shapes(src, [name]), spec.batch_size, cuda,
+                                        cache_out, info.sha256, trt)
             extra = {"cache": str(cache_out), "cache_algorithm": f"trt-{calibrator}", "data": str(data)}
         else:
             raise CalibError("int8 needs --cache FILE (calib's or TensorRT's) or --calibrator with --data, "

@@ -70,27 +70,25 @@ def matches(pattern: str, name: str, trt_type: str, op_type: str | None) -> bool
     return fnmatch.fnmatchcase(name, pattern)
 
 
-class _Logger:
+def _make_logger(trt):
     """A TensorRT logger that forwards to logging and keeps the last errors for the exception message."""
 
-    @staticmethod
-    def make(trt):
-        class Logger(trt.ILogger):
-            def __init__(self):
-                trt.ILogger.__init__(self)
-                self.errors: list[str] = []
+    class Logger(trt.ILogger):
+        def __init__(self):
+            trt.ILogger.__init__(self)
+            self.errors: list[str] = []
 
-            def log(self, severity, msg):
-                level = int(severity)
-                if level > int(trt.ILogger.Severity.WARNING):
-                    return
-                if level <= int(trt.ILogger.Severity.ERROR):
-                    self.errors.append(str(msg))
-                    log.error("TensorRT: %s", msg)
-                else:
-                    log.warning("TensorRT: %s", msg)
+        def log(self, severity, msg):
+            level = int(severity)
+            if level > int(trt.ILogger.Severity.WARNING):
+                return
+            if level <= int(trt.ILogger.Severity.ERROR):
+                self.errors.append(str(msg))
+                log.error("TensorRT: %s", msg)
+            else:
+                log.warning("TensorRT: %s", msg)
 
-        return Logger()
+    return Logger()
 
 
 _LOGGERS: dict = {}
@@ -99,13 +97,16 @@ _LOGGERS: dict = {}
 def trt_logger(trt):
     """One logger per process (TensorRT keeps the first one it is given)."""
     if id(trt) not in _LOGGERS:
-        _LOGGERS[id(trt)] = _Logger.make(trt)
+        _LOGGERS[id(trt)] = _make_logger(trt)
     return _LOGGERS[id(trt)]
 
 
+def has_qdq(model: onnx.ModelProto) -> bool:
+    return any(n.op_type == "QuantizeLinear" for n in model.graph.node)
+
+
 def is_qdq(model_path) -> bool:
-    m = onnx.load(str(model_path), load_external_data=False)
-    return any(n.op_type == "QuantizeLinear" for n in m.graph.node)
+    return has_qdq(onnx.load(str(model_path), load_external_data=False))
 
 
 @dataclass
@@ -191,7 +192,7 @@ def _input_shapes(network, spec: BuildSpec) -> dict:
     return out
 
 
-def _config(trt, builder, network, spec: BuildSpec, shapes: dict, calibrator, explicit: bool):
+def _config(trt, builder, spec: BuildSpec, shapes: dict, calibrator, explicit: bool, strongly_typed: bool):
     cfg = builder.create_builder_config()
     cfg.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, int(spec.workspace_mb) << 20)
     if spec.optimization_level is not None and hasattr(cfg, "builder_optimization_level"):
@@ -215,7 +216,6 @@ def _config(trt, builder, network, spec: BuildSpec, shapes: dict, calibrator, ex
         cfg.add_optimization_profile(prof)
         if calibrator is not None:
             cfg.set_calibration_profile(prof)
-    strongly_typed = explicit and compat.version(trt)[0] >= 10
     if "fp16" in spec.precisions and not strongly_typed:
         cfg.set_flag(trt.BuilderFlag.FP16)
     if "int8" in spec.precisions and not strongly_typed:
@@ -248,25 +248,25 @@ def build(model_path, spec: BuildSpec = BuildSpec(), calibrator=None, trt=None, 
     if spec.constraints not in ("prefer", "obey", "none"):
         raise CalibError(f"constraints '{spec.constraints}' is not one of prefer, obey, none")
     rules = parse_layer_precisions(spec.layer_precisions)
-    explicit = is_qdq(model_path)
+    onnx_model = onnx.load(str(model_path), load_external_data=False)
+    explicit = has_qdq(onnx_model)
+    strongly_typed = explicit and compat.version(trt)[0] >= 10
     if "int8" in spec.precisions and not explicit:
         compat.check_implicit_int8(trt)
     logger = trt_logger(trt)
     logger.errors.clear()
     builder = trt.Builder(logger)
-    network, _parser = _parse(trt, builder, model_path, explicit and compat.version(trt)[0] >= 10)
+    network, _parser = _parse(trt, builder, model_path, strongly_typed)
     marked = _mark(trt, network, spec.mark_outputs) if spec.mark_outputs else 0
-    onnx_model = onnx.load(str(model_path), load_external_data=False)
     op_types = {n.name: n.op_type for n in onnx_model.graph.node if n.name}
     op_types.update({o: n.op_type for n in onnx_model.graph.node for o in n.output})  # unnamed nodes
     applied = _apply_layer_precisions(trt, network, rules, op_types) if rules else {}
-    needs = {p for p in applied.values()}
-    precisions = tuple(dict.fromkeys(spec.precisions + (("fp16",) if "fp16" in needs else ())))
+    precisions = tuple(dict.fromkeys(spec.precisions + (("fp16",) if "fp16" in applied.values() else ())))
     if precisions != spec.precisions:
         log.info("fp16 enabled for the layers kept in fp16")
     spec_used = BuildSpec(**{**asdict(spec), "precisions": precisions})
     shapes = _input_shapes(network, spec_used)
-    cfg = _config(trt, builder, network, spec_used, shapes, calibrator, explicit)
+    cfg = _config(trt, builder, spec_used, shapes, calibrator, explicit, strongly_typed)
     if applied and spec.constraints != "none":
         flag = "OBEY_PRECISION_CONSTRAINTS" if spec.constraints == "obey" else "PREFER_PRECISION_CONSTRAINTS"
         cfg.set_flag(getattr(trt.BuilderFlag, flag))
@@ -302,7 +302,7 @@ def _calibrator_info(c) -> dict | None:
     if c is None:
         return None
     return {"class": type(c).__name__, "batches": getattr(c, "calls", None), "reused_cache": getattr(c, "reused", None),
-            "cache_written": str(getattr(c, "written", None) or "") or None,
+            "cache_written": str(c.written) if getattr(c, "written", None) else None,
             "samples": getattr(getattr(c, "rebatcher", None), "samples", None)}
 
 

@@ -16,6 +16,7 @@ import numpy as np
 
 import calib
 from calib import cache as cachefmt
+from calib.calibrate import fingerprint_update
 from calib.errors import CacheError, CalibError, DataError
 from calib.io import atomic_write_bytes
 from calib.runners.tensorrt import compat
@@ -47,10 +48,8 @@ class Rebatcher:
         for b in self.source:
             self._check(b)
             for name in self.inputs:
-                x = np.ascontiguousarray(b[name])
-                self.digest.update(f"{name}{x.shape}{x.dtype}".encode())
-                self.digest.update(x.data)
-                pending[name].append(x.astype(self.inputs[name][1], copy=False))
+                fingerprint_update(self.digest, name, b[name])
+                pending[name].append(np.asarray(b[name]).astype(self.inputs[name][1], copy=False))
             n = int(next(iter(b.values())).shape[0])
             have += n
             self.samples += n
@@ -70,17 +69,28 @@ class Rebatcher:
         return self.digest.hexdigest()
 
 
+def sample_shapes(source, names) -> dict:
+    """name -> (sample shape, dtype) of each input, from the source's first batch (float64 fed as float32)."""
+    first = next(iter(source), None)
+    if first is None:
+        raise DataError("calibration data: no samples")
+    missing = [n for n in names if n not in first]
+    if missing:
+        raise DataError(f"calibration batch lacks input '{missing[0]}' (has {sorted(first)})")
+    return {n: (tuple(first[n].shape[1:]), np.float32 if first[n].dtype == np.float64 else first[n].dtype)
+            for n in names}
+
+
 class _Feed:
     """get_batch over a Rebatcher, one device buffer per input; read/write of calib cache files."""
 
-    def _setup(self, kind, source, inputs: dict, batch: int, cuda, cache_path, model_sha256, trt):
+    def _setup(self, kind, source, inputs: dict, batch: int, cuda, cache_path, model_sha256):
         self.kind, self.cuda, self.batch = kind, cuda, batch
         self.cache_path = Path(cache_path) if cache_path else None
-        self.model_sha256, self.version = model_sha256, compat.cache_version(trt)
+        self.model_sha256 = model_sha256
         self.rebatcher = Rebatcher(source, inputs, batch)
         self.batches = None
         self.buffers = {}
-        self.inputs = inputs
         self.calls = 0
         self.error: BaseException | None = None
         self.reused = False
@@ -165,7 +175,7 @@ def make_calibrator(kind: str, source, inputs: dict, batch: int, cuda, cache_pat
 
     def __init__(self):
         base.__init__(self)
-        self._setup(kind, source, inputs, batch, cuda, cache_path, model_sha256, trt)
+        self._setup(kind, source, inputs, batch, cuda, cache_path, model_sha256)
 
     cls = type(f"Calib{base.__name__[5:]}", (_Feed, base), {"__init__": __init__})
     return cls()
@@ -211,8 +221,8 @@ def cache_calibrator(cache: cachefmt.CalibrationCache | dict, trt=None, carrier:
     relabelled first (a percentile or MSE cache travels under any header, the sidecar keeps the truth)."""
     trt = trt or compat.load()
     if isinstance(cache, dict):
-        cache = cachefmt.CalibrationCache(compat.cache_version(trt), carrier or "EntropyCalibration2",
-                                          {k: float(np.float32(v) / np.float32(127.0)) for k, v in cache.items()})
+        cache = cachefmt.parse_cache(cachefmt.format_cache(cache, compat.cache_version(trt),
+                                                           carrier or cachefmt.DEFAULT_CARRIER))
     carrier = carrier or cache.carrier
     if carrier not in compat.KIND_OF_CARRIER:
         raise CalibError(f"cache header algorithm '{carrier}' has no TensorRT calibrator")

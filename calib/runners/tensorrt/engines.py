@@ -14,7 +14,7 @@ from calib.qdq import Exclusions
 from calib.recipe import Recipe
 from calib.runners.tensorrt import compat
 from calib.runners.tensorrt.builder import BuildSpec, Built, build, read_layer_precisions, write_engine
-from calib.runners.tensorrt.calibrators import cache_calibrator, make_calibrator
+from calib.runners.tensorrt.calibrators import cache_calibrator, make_calibrator, sample_shapes
 from calib.runners.tensorrt.inspect import node_precisions
 from calib.runners.tensorrt.runner import TrtRunner
 
@@ -36,16 +36,6 @@ def layer_precision_rules(recipe: Recipe) -> tuple[str, ...]:
     if b.layer_precisions_file:
         rules += read_layer_precisions(b.layer_precisions_file)
     return tuple(rules)
-
-
-def _sample_shapes(source, inputs) -> dict:
-    first = next(iter(source), None)
-    if first is None:
-        from calib.errors import DataError
-
-        raise DataError("calibration data: no samples")
-    return {n: (tuple(first[n].shape[1:]), np.float32 if first[n].dtype == np.float64 else first[n].dtype)
-            for n in inputs}
 
 
 def build_engines(recipe: Recipe, model_path: Path, info, amax: dict, calib_source, stage: Path,
@@ -73,7 +63,7 @@ def build_engines(recipe: Recipe, model_path: Path, info, amax: dict, calib_sour
                      f"{algo}.cache"))
     if b.trt_calibrator:
         kind = b.trt_calibrator
-        inputs = _sample_shapes(calib_source, [n for n, _, _ in info.inputs])
+        inputs = sample_shapes(calib_source, [n for n, _, _ in info.inputs])
         cache = stage / f"tensorrt-{kind}.cache"
         jobs.append((f"trt-int8-tensorrt-{kind}", int8,
                      lambda: make_calibrator(kind, calib_source, inputs, b.batch_size, cuda, cache, info.sha256, trt),
