@@ -83,15 +83,30 @@ def staged(out: Path, work, verbose: bool = False) -> Path:
     return out
 
 
+def equalize_model(model_path: Path, source, stage: Path):
+    """Cross-layer equalization before calibration: the caches, Q/DQ model and engines are for the file it
+    writes, `<stem>.equalized.onnx`, which computes the same FP32 outputs."""
+    from calib.equalize import equalize_file
+
+    out = stage / f"{Path(model_path).stem}.equalized.onnx"
+    done = equalize_file(model_path, source, out)
+    log.info("equalized %d of %d Conv pairs (largest channel gain %.1f, FP32 outputs moved %.1g of their range)",
+             done["equalized"], done["pairs"], done["max_gain"], done["fp32_max_rel_change"])
+    return out, inspect_model(out), done
+
+
 def _run(recipe: Recipe, stage: Path) -> None:
     t0 = time.perf_counter()
-    model_path = resolve(recipe.model)
+    model_path = original = resolve(recipe.model)
     info = inspect_model(model_path)
     log.info("calib %s, recipe %s, model %s (%d tensors to calibrate)", calib.__version__, recipe.source,
              model_path, len(info.activations))
     input_name = info.inputs[0][0]
     c = recipe.calibration
     csrc = make_source(recipe.calibration_data, recipe.preprocess, input_name, c.batch_size)
+    equalized = None
+    if c.equalize:
+        model_path, info, equalized = equalize_model(model_path, csrc, stage)
     info, stats, samples, fp = collect(model_path, csrc, label=recipe.calibration_data.path, info=info)
     if getattr(csrc, "bad", None):
         log.warning("%d unreadable images skipped", len(csrc.bad))
@@ -139,13 +154,16 @@ def _run(recipe: Recipe, stage: Path) -> None:
     atomic_write_bytes(stage / qdq_name, q.SerializeToString())
     files += [qdq_name, "report.json", "report.md", "report.html", "run.log"]
     report = {"recipe": recipe.name, "recipe_file": recipe.source, "calib_version": calib.__version__,
-              "model": recipe.model if recipe.model.startswith("zoo:") else str(model_path),
+              "model": recipe.model if recipe.model.startswith("zoo:") else str(original),
               "model_sha256": info.sha256,
               "skipped_images": skipped,
               "calibration": {"samples": samples, "data_fingerprint": fp, "algorithms": list(c.algorithms),
                               "params": used, "seconds": secs},
               "evaluation": {"samples": result["samples"], "configs": result["configs"]},
               "fp32_task": result.get("fp32_task"), "summary": summ, "qdq_model": qdq_name, "files": files}
+    if equalized is not None:
+        report["equalization"] = equalized
+        files.append(equalized["file"])
     if es is not None:
         report["tensorrt"] = es.info
     write_reports(stage, report, stats, amax, recipe.evaluation.histograms)

@@ -53,6 +53,7 @@ class CalibrationSpec:
     algorithms: tuple[str, ...] = ("minmax", "entropy", "percentile", "mse")
     batch_size: int = 8
     percentile: float = 99.99
+    equalize: bool = False  # cross-layer range equalization of the FP32 model first (calib/equalize.py)
     trt_version: str = "8600"
     carrier: str = field(default="EntropyCalibration2", metadata={
         "choices": ("EntropyCalibration2", "EntropyCalibration", "MinMaxCalibration", "LegacyCalibration")})

@@ -80,6 +80,11 @@ def _sensitivity(recipe: Recipe, stage: Path) -> None:
     info = inspect_model(model_path)
     name = info.inputs[0][0]
     csrc = make_source(recipe.calibration_data, recipe.preprocess, name, recipe.calibration.batch_size)
+    equalized = None
+    if recipe.calibration.equalize:
+        from calib.pipeline import equalize_model
+
+        model_path, info, equalized = equalize_model(model_path, csrc, stage)
     info, stats, samples, _ = collect(model_path, csrc, label=recipe.calibration_data.path, info=info)
     for a in spec.per_tensor:
         if a not in registry.names():
@@ -112,6 +117,8 @@ def _sensitivity(recipe: Recipe, stage: Path) -> None:
              target)
     result = {"recipe": recipe.name, "algorithm": spec.algorithm, "metric": spec.metric, "max_drop": spec.max_drop,
               "samples": n, "calibration_samples": samples, "layers": len(layers), "ranking": ranking, **found}
+    if equalized is not None:
+        result["equalization"] = {k: v for k, v in equalized.items() if k != "layers"}
     if per_tensor is not None:
         result["per_tensor"] = {**per_tensor, "choices": {t: a for t, (a, _) in per_tensor["choices"].items()}}
     atomic_write_json(stage / "sensitivity.json", result)
