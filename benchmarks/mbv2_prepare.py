@@ -27,7 +27,12 @@ def main() -> None:
     ap.add_argument("--fallback", action="append", default=[])
     ap.add_argument("--engine-layers")
     ap.add_argument("--reuse-caches", action="store_true", help="Read benchmarks/mbv2/*.cache instead of calibrating.")
+    ap.add_argument("--equalize", action="store_true",
+                    help="calib's cross-layer equalization first; everything goes to benchmarks/mbv2eq/")
     args = ap.parse_args()
+    global OUT
+    if args.equalize:
+        OUT = ROOT / "benchmarks" / "mbv2eq"
     import onnx
 
     from calib import cache as cachefmt
@@ -43,6 +48,19 @@ def main() -> None:
     photos = str(Path(args.photos).resolve())
     r = load_recipe(RECIPE, [f"calibration_data.path={photos}", f"evaluation_data.path={photos}"])
     model = Path(r.model)
+    if args.equalize:
+        import hashlib
+        import tempfile
+
+        from calib.equalize import equalize_file
+
+        src = make_source(r.calibration_data, r.preprocess, "input", r.calibration.batch_size)
+        eq = Path(tempfile.mkdtemp()) / "mobilenet_v2.equalized.onnx"  # 14 MB: rebuilt where needed, not kept
+        info = equalize_file(model, src, eq)
+        OUT.mkdir(exist_ok=True)
+        (OUT / "equalization.json").write_text(json.dumps(
+            {**info, "sha256": hashlib.sha256(eq.read_bytes()).hexdigest()}, indent=1) + "\n")
+        model = eq
     if args.reuse_caches:
         amax = {a: cachefmt.read_cache(OUT / f"{a}.cache").amaxes() for a in r.calibration.algorithms}
     else:

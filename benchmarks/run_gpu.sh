@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU measurements behind benchmarks/RESULTS_TRT.md, on a machine with an NVIDIA GPU, TensorRT 8.6 and the
 # requirements-device.txt wheels for Python 3.10, from the repository root:
-#   bash benchmarks/run_gpu.sh tests|table|table2|table-fallback|yolo OUT PHOTOS
+#   bash benchmarks/run_gpu.sh tests|table|table2|table-fallback|table-eq|yolo OUT PHOTOS
 # PHOTOS: the 256 golden photos (tests/golden/trt86-h200/make_calib_data.py writes them).
 set -uo pipefail
 step=$1 out=$2 photos=${3:-photos_224.npy}
@@ -18,21 +18,25 @@ case $step in
     timeout 540 $py benchmarks/trt_table.py --photos "$photos" --out "$out/mbv2" --opt-level 3 \
       --only fp32,fp16,int8-tensorrt-entropy2,int8-percentile 2>&1 | tee "$out/table.log"
     ;;
-  table2)
-    timeout 540 $py benchmarks/trt_table.py --photos "$photos" --out "$out/mbv2b" --opt-level 3 \
-      --only int8-minmax,int8-entropy,int8-mse,int8+fp16-tensorrt-entropy2 2>&1 | tee "$out/table2.log"
-    ;;
-  table-fallback)
+  table2)  # the other calib algorithms, and the fallback lists with every other quantizable layer pinned to INT8
+    only=fp16,int8-minmax,int8-entropy,int8-mse
     args=()
-    for f in benchmarks/mbv2/fallback-*.txt; do n=${f##*/fallback-}; args+=(--fallback "${n%.txt}=$f"); done
-    only=int8-pt
-    for f in benchmarks/mbv2/fallback-*.txt; do n=${f##*/fallback-}; only+=",int8-${n%.txt}"; done
-    timeout 540 $py benchmarks/trt_table.py --photos "$photos" --out "$out/mbv2fb" --opt-level 3 --only "$only" \
-      "${args[@]}" 2>&1 | tee "$out/table-fallback.log"
+    for f in benchmarks/mbv2/fallback-*.txt; do n=${f##*/fallback-}; n=${n%.txt}; args+=(--fallback "$n=$f"); only+=",int8-$n-pin"; done
+    timeout 540 $py benchmarks/trt_table.py --photos "$photos" --out "$out/mbv2b" --opt-level 3 --only "$only" \
+      "${args[@]}" > "$out/table2.log" 2>&1; tail -20 "$out/table2.log"
     ;;
-  yolo)
-    timeout 540 $py -m calib run recipes/yolo.yaml --set backend.kind=tensorrt --set backend.optimization_level=1 \
-      -o runs/yolo-trt 2>&1 | tee "$out/yolo.log"
+  table-eq)  # calib's cross-layer equalization: every algorithm, the per-tensor mix, the fallback lists
+    only=fp16,int8-minmax,int8-entropy,int8-percentile,int8-mse,int8-pt
+    args=()
+    for f in benchmarks/mbv2eq/fallback-*.txt; do n=${f##*/fallback-}; n=${n%.txt}; args+=(--fallback "$n=$f"); only+=",int8-$n,int8-$n-pin"; done
+    timeout 540 $py benchmarks/trt_table.py --photos "$photos" --out "$out/mbv2eq" --opt-level 3 --equalize \
+      --only "$only" "${args[@]}" > "$out/table-eq.log" 2>&1; tail -20 "$out/table-eq.log"
+    ;;
+  yolo)  # the default recipe end to end with the TensorRT backend; a stack dump if it runs out of time
+    ls -la "${CALIB_HOME:-$HOME/.cache/calib}/zoo/yolov3-tiny" > "$out/yolo.log" 2>&1
+    timeout -s ABRT 500 $py -X faulthandler -m calib run recipes/yolo.yaml --set backend.kind=tensorrt \
+      --set backend.optimization_level=1 -o runs/yolo-trt >> "$out/yolo.log" 2>&1
+    echo "exit $?" >> "$out/yolo.log"; tail -30 "$out/yolo.log"
     tar czf "$out/yolo-trt.tgz" --exclude='*.engine' --exclude='*.onnx' -C runs yolo-trt
     ;;
 esac

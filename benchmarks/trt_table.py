@@ -26,6 +26,7 @@ sys.path.insert(0, str(ROOT))
 MODEL = ROOT / "tests" / "golden" / "trt86-h200" / "mobilenet_v2" / "mobilenet_v2_imagenet.onnx"
 GOLDEN = ROOT / "tests" / "golden" / "trt86-h200" / "mobilenet_v2"
 CACHES = ROOT / "benchmarks" / "mbv2"
+CACHES_EQ = ROOT / "benchmarks" / "mbv2eq"
 ALGOS = ("minmax", "entropy", "percentile", "mse")
 
 
@@ -54,6 +55,9 @@ def cache_agreement(ours, gold) -> dict:
             "max_rel": rel[-1] if rel else None}
 
 
+PIN_INT8 = ("op:Conv=int8", "op:Add=int8")  # every quantizable layer asked in INT8 before the fallback rules
+
+
 def jobs(args):
     out = [("fp32", ("fp32",), None, ()), ("fp16", ("fp32", "fp16"), None, ()),
            ("int8-tensorrt-entropy2", ("int8",), "trt", ())]
@@ -64,11 +68,36 @@ def jobs(args):
         algo, _, _ = name.partition("+")
         from calib.runners.tensorrt.builder import read_layer_precisions
 
-        out.append((f"int8-{name}", ("int8", "fp16"), algo, tuple(read_layer_precisions(path))))
+        rules = tuple(read_layer_precisions(path))
+        out.append((f"int8-{name}", ("int8", "fp16"), algo, rules))
+        out.append((f"int8-{name}-pin", ("int8", "fp16"), algo, PIN_INT8 + rules))
     if args.only:
         keep = set(args.only.split(","))
         out = [j for j in out if j[0] in keep]
     return out
+
+
+def equalized(photos, out: Path):
+    """calib's cross-layer equalization of the golden model on the photos, as benchmarks/mbv2_prepare.py
+    --equalize made it on the CPU (its caches and fallback lists are in benchmarks/mbv2eq/); the model's sha256
+    is checked against the one recorded there."""
+    import hashlib
+
+    from calib.data.sources import make_source
+    from calib.equalize import equalize_file
+    from calib.recipe import load_recipe
+
+    photos = str(Path(photos).resolve())
+    r = load_recipe(ROOT / "benchmarks" / "mbv2_golden.yaml", [f"calibration_data.path={photos}",
+                                                              f"evaluation_data.path={photos}"])
+    path = out / "mobilenet_v2.equalized.onnx"
+    info = equalize_file(MODEL, make_source(r.calibration_data, r.preprocess, "input", r.calibration.batch_size), path)
+    sha = hashlib.sha256(path.read_bytes()).hexdigest()
+    want = json.loads((CACHES_EQ / "equalization.json").read_text())["sha256"]
+    logging.info("equalized model %s (%s the CPU's)", sha[:12], "same as" if sha == want else "DIFFERS from")
+    (out / "equalization.json").write_text(json.dumps({**{k: v for k, v in info.items() if k != "layers"},
+                                                       "sha256": sha, "same_as_cpu": sha == want}))
+    return path, CACHES_EQ
 
 
 def main() -> None:
@@ -78,6 +107,7 @@ def main() -> None:
     ap.add_argument("--opt-level", type=int, default=3)
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--only", default="")
+    ap.add_argument("--equalize", action="store_true", help="build from calib's equalized model and its caches")
     ap.add_argument("--fallback", action="append", default=[], help="NAME=layer_precisions.txt (NAME: algo+tag)")
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
@@ -95,11 +125,14 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     cuda = Cuda()
     x = preprocess(np.load(args.photos))
+    model, caches = MODEL, CACHES
+    if args.equalize:  # the equalized model and its caches, made here from the same photos
+        model, caches = equalized(args.photos, out)
     b = args.batch
     t0 = time.time()
-    ort = OrtRunner(MODEL).run({"input": x})["logits"]
+    ort = OrtRunner(MODEL).run({"input": x})["logits"]  # the original model's FP32: the reference for both
     table = {"tensorrt": trt.__version__, "gpu": cuda.name(), "batch": b, "samples": len(x),
-             "opt_level": args.opt_level, "date": time.strftime("%Y-%m-%d"), "ort_fp32_seconds": time.time() - t0,
+             "opt_level": args.opt_level, "equalized": args.equalize, "date": time.strftime("%Y-%m-%d"), "ort_fp32_seconds": time.time() - t0,
              "engines": {}}
     timing = "/tmp/calib-mbv2.timing"  # shared by the builds: later builds reuse the tactic timings
     ref_file = Path("/tmp/calib-mbv2-fp32-logits.npy")  # the FP32 engine's outputs, for runs split over calls
@@ -115,11 +148,11 @@ def main() -> None:
         elif source == "trt-reuse":
             cal = cache_calibrator(read_cache(trt_cache), trt)
         elif source:
-            cal = cache_calibrator(read_cache(CACHES / f"{source}.cache"), trt)
+            cal = cache_calibrator(read_cache(caches / f"{source}.cache"), trt)
         else:
             cal = None
         try:
-            built = build(MODEL, spec, cal, trt, cuda)
+            built = build(model, spec, cal, trt, cuda)
             r = TrtRunner(built.plan, trt, cuda, label=name)
             y = run_all(r, x, b)
             lat = r.latency({"input": x[:b]}, warmup=50, iters=50, repeats=20)
@@ -133,7 +166,7 @@ def main() -> None:
             np.save(ref_file, y)
         row = {"precisions": list(built.info["precisions"]), "layer_summary": built.info["layer_summary"],
                "build_s": round(built.seconds, 1), "median_ms": lat["median_ms"], "min_ms": lat["min_ms"],
-               "max_ms": lat["max_ms"], "layers_kept": len(rules),
+               "max_ms": lat["max_ms"], "layers_kept": len([r for r in rules if r not in PIN_INT8]),
                "agree_vs_ort_fp32": float((y.argmax(1) == ort.argmax(1)).mean()),
                "sqnr_vs_ort_fp32_db": round(sqnr_db(ort, y), 2),
                "calibrator_batches": (built.info["calibrator"] or {}).get("batches")}
