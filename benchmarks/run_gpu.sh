@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU measurements behind benchmarks/RESULTS_TRT.md, on a machine with an NVIDIA GPU, TensorRT 8.6 and the
 # requirements-device.txt wheels for Python 3.10, from the repository root:
-#   bash benchmarks/run_gpu.sh tests|table|table2|table-fallback|table-eq|yolo OUT PHOTOS
+#   bash benchmarks/run_gpu.sh tests|table|table2|table-fallback|table-eq|sens-engine|yolo OUT PHOTOS
 # PHOTOS: the 256 golden photos (tests/golden/trt86-h200/make_calib_data.py writes them).
 set -uo pipefail
 step=$1 out=$2 photos=${3:-photos_224.npy}
@@ -31,6 +31,14 @@ case $step in
     for f in benchmarks/mbv2eq/fallback-*.txt; do n=${f##*/fallback-}; n=${n%.txt}; args+=(--fallback "$n=$f"); only+=",int8-$n,int8-$n-pin"; done
     timeout 540 $py benchmarks/trt_table.py --photos "$photos" --out "$out/mbv2eq" --opt-level 3 --equalize \
       --only "$only" "${args[@]}" > "$out/table-eq.log" 2>&1; tail -20 "$out/table-eq.log"
+    ;;
+  sens-engine)  # calib sensitivity with backend tensorrt: the CPU search, then its bisection on engines
+    timeout -s ABRT 540 $py -X faulthandler -m calib sensitivity benchmarks/mbv2_golden.yaml \
+      --set calibration_data.path="$photos" --set evaluation_data.path="$photos" --set backend.kind=tensorrt \
+      --set backend.timing_cache=/tmp/calib-mbv2.timing --set sensitivity.min_speedup=1.2 ${SENS_SET:-} \
+      -o runs/mbv2-sens > "$out/sens.log" 2>&1
+    echo "exit $?" >> "$out/sens.log"; grep -v 'it/s\|variant/s\|tensor/s' "$out/sens.log" | tail -25
+    tar czf "$out/sens.tgz" --exclude='*.onnx' -C runs mbv2-sens
     ;;
   yolo)  # the default recipe end to end with the TensorRT backend; a stack dump if it runs out of time
     ls -la "${CALIB_HOME:-$HOME/.cache/calib}/zoo/yolov3-tiny" > "$out/yolo.log" 2>&1

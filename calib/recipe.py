@@ -87,6 +87,8 @@ class SensitivitySpec:
     precision: str = field(default="fp16", metadata={"choices": ("fp16", "fp32")})
     per_tensor: tuple[str, ...] = ()  # algorithms tried per tensor on the layers left in INT8 (best-of)
     per_tensor_layers: int = 12  # how many of the most sensitive INT8 layers get the per-tensor choice
+    pin_int8: bool = False  # backend tensorrt: ask every other quantizable layer in INT8 (TensorRT widens fallbacks)
+    min_speedup: float = 0.0  # backend tensorrt: the INT8 engine must stay this much faster than the FP16 one
 
 
 @dataclass(frozen=True)

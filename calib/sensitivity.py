@@ -66,6 +66,22 @@ def _per_tensor(scorer, model, ranking, target, found, amaxes, spec):
     return again, info
 
 
+def _engine_md(e: dict, spec, target: float) -> str:
+    lines = [f"\n## On TensorRT engines (batch {e['batch']}, FP16 engine {e['fp16_ms']:.4f} ms"
+             f"{', other layers pinned to INT8' if e['pin_int8'] else ''})\n",
+             f"Keep {len(e['float_layers'])} layers in {spec.precision}: {spec.metric} {e['score']:.4g} on the engine "
+             f"({'meets' if e['met'] else 'misses'} the budget {target:.4g}), {e['median_ms']:.4f} ms = "
+             f"{e['speedup_vs_fp16']:.2f}x the FP16 engine"
+             + (f" (asked: {spec.min_speedup:.2f}x, {'met' if e['speed_met'] else 'missed'})" if spec.min_speedup
+                else "") + ".\n",
+             "| layers in float | simulation | engine | ms | x FP16 | engine layers |", "|---|---|---|---|---|---|"]
+    for r in e["variants"]:
+        summ = ", ".join(f"{k} {v}" for k, v in sorted(r["engine_layers"].items()))
+        lines.append(f"| {r['float_layers']} | {r['sim_score']:.4g} | {r['engine_score']:.4g} | {r['median_ms']:.4f} | "
+                     f"{r['speedup_vs_fp16']:.2f} | {summ} |")
+    return "\n".join(lines) + "\n"
+
+
 def run_sensitivity(recipe: Recipe, out: str | Path | None = None, verbose: bool = False) -> Path:
     out = Path(out) if out else Path(recipe.output) / "sensitivity"
     return staged(out, lambda stage: _sensitivity(recipe, stage), verbose)
@@ -107,11 +123,17 @@ def _sensitivity(recipe: Recipe, stage: Path) -> None:
     ranking = rank(scorer, layers, spec.both)
     target = budget_target(spec.metric, scorer.fp32_score, spec.max_drop, spec.min_sqnr_db)
     found = search(scorer, ranking, target)
-    per_tensor = None
+    per_tensor, overrides = None, None
     if spec.per_tensor:
         found, per_tensor = _per_tensor(scorer, model, ranking, target, found, amaxes, spec)
-        amax = {**amax, **{t: v for t, (_, v) in per_tensor["choices"].items()}}
+        overrides = {t: v for t, (_, v) in per_tensor["choices"].items()} or None
+        amax = {**amax, **(overrides or {})}
         write_cache(stage / "per_tensor.cache", amax, recipe.calibration.trt_version, recipe.calibration.carrier)
+    engine = None
+    if recipe.backend.kind == "tensorrt":
+        from calib.runners.tensorrt.verify import engine_search
+
+        engine = engine_search(scorer, ranking, target, model_path, amaxes[spec.algorithm], recipe, overrides)
     log.info("%s: FP32 %.4g, INT8 %.4g; %d layers in %s reach %.4g (budget %.4g)", spec.metric,
              found["fp32_score"], found["int8_score"], len(found["float_layers"]), spec.precision, found["score"],
              target)
@@ -121,8 +143,11 @@ def _sensitivity(recipe: Recipe, stage: Path) -> None:
         result["equalization"] = {k: v for k, v in equalized.items() if k != "layers"}
     if per_tensor is not None:
         result["per_tensor"] = {**per_tensor, "choices": {t: a for t, (a, _) in per_tensor["choices"].items()}}
+    if engine is not None:
+        result["engine"] = engine
     atomic_write_json(stage / "sensitivity.json", result)
-    atomic_write_text(stage / "layer_precisions.txt", layer_precisions(found["float_layers"], spec.precision))
+    deploy = engine["float_layers"] if engine is not None else found["float_layers"]  # TensorRT: what it measured
+    atomic_write_text(stage / "layer_precisions.txt", layer_precisions(deploy, spec.precision))
     atomic_write_text(stage / "exclude.txt", "".join(f"{n}\n" for n in found["float_layers"]))
     q = insert_qdq(model, amax, Exclusions(tuple(found["float_layers"])))
     atomic_write_bytes(stage / f"{Path(model_path).stem}.{spec.algorithm}.fallback.qdq.onnx", q.SerializeToString())
@@ -134,6 +159,8 @@ def _sensitivity(recipe: Recipe, stage: Path) -> None:
           f"{', '.join(found['float_layers']) or '(none)'} -> {found['score']:.4g} "
           f"({'meets' if found['met'] else 'misses'} the budget).\n\n"
           f"| layer | score with it in float | score with only it in INT8 | gain |\n|---|---|---|---|\n{rows}\n")
+    if engine is not None:
+        md += _engine_md(engine, spec, target)
     atomic_write_text(stage / "sensitivity.md", md)
     png = _chart(found["curve"], found["fp32_score"], target, spec.metric)
     atomic_write_text(stage / "sensitivity.html", f'<!doctype html><meta charset="utf-8"><title>sensitivity</title>'

@@ -107,3 +107,39 @@ def test_best_of_per_tensor_picks_the_algorithm_that_helps(tmp_path):
     assert res["choices"] == {"ta": ("tight", 1.0)}  # halving the input's amax would clip: not taken
     assert res["before"] < 5 and res["after"] > 15
     assert scorer.score((), {"ta": 1.0}) == res["after"]
+
+
+def test_engine_search_on_the_standin_finds_the_sensitive_layer(tmp_path):
+    """The bisection repeated on (stand-in) TensorRT engines: each variant built with the fallback layers in FP16,
+    every other quantizable layer pinned to INT8, run, and scored against the same FP32 reference as the CPU
+    simulation. The stand-in's INT8 engines run the Q/DQ simulation of the layers they hold in INT8, so the
+    engine's scores must equal the simulation's, and the answer must be convB."""
+    from calib.recipe import load_recipe
+    from calib.runners.tensorrt.verify import engine_search, pin_rules
+    from standin.tensorrt import Memory, make_trt
+
+    p = sensitive_model(tmp_path / "s.onnx")
+    x = np.random.default_rng(0).uniform(0.1, 1.0, (16, 2, 4, 4)).astype(np.float32)
+    amax = calibrate(p, x, ["minmax"]).amax["minmax"]
+    m = onnx.load(str(p))
+    scorer = Scorer(m, amax, [({"input": x[:8]}, None), ({"input": x[8:]}, None)], "output_sqnr")
+    ranking = rank(scorer, quantizable_layers(m))
+    (tmp_path / "r.yaml").write_text("name: s\nmodel: s.onnx\ncalibration_data: {kind: npy, path: x.npy}\n"
+                                     "sensitivity: {pin_int8: true, min_speedup: 1.2}\nbackend: {kind: tensorrt}\n")
+    np.save(tmp_path / "x.npy", x)
+    recipe = load_recipe(tmp_path / "r.yaml")
+    mem = Memory()
+    trt = make_trt("8.6.0", mem)
+    trt.simulate_int8 = True
+    e = engine_search(scorer, ranking, 30.0, p, amax, recipe, trt=trt, cuda=mem)
+    assert e["float_layers"] == ["convB"] and e["met"]
+    assert pin_rules(m, ["convA", "convB"]) == ("op:Conv=int8",)
+    for row in e["variants"]:
+        assert row["engine_score"] == pytest.approx(row["sim_score"], abs=1e-3)
+    by_k = {r["float_layers"]: r for r in e["variants"]}
+    assert by_k[0]["engine_score"] < 15 and by_k[1]["engine_score"] > 30
+    assert by_k[1]["engine_layers"].get("fp16", 0) >= 1 and by_k[0]["engine_layers"].get("int8", 0) == 2
+    last = trt.builds[-1]["network"]
+    assert {la.name: la.precision for la in last.layers if la.precision is not None}  # rules reached the builder
+    assert e["fp16_ms"] > 0 and e["speed_met"] is False  # the stand-in's engines all take the same time
+    assert e["engines_built"] == len(e["variants"]) + 1

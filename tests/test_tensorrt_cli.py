@@ -16,8 +16,9 @@ from conftest import GOLDEN, ROOT
 CNN = GOLDEN / "cnn" / "cnn.onnx"
 
 
-def calib_cli(*args, standin=True, version="8.6.0", cwd=None):
+def calib_cli(*args, standin=True, version="8.6.0", cwd=None, simulate=False):
     env = dict(os.environ)
+    env["STANDIN_SIMULATE_INT8"] = "1" if simulate else "0"
     path = [str(ROOT / "tests" / "standin" / "site"), str(ROOT)] if standin else [str(ROOT)]
     env["PYTHONPATH"] = os.pathsep.join(path + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     env["STANDIN_TRT_VERSION"] = version
@@ -118,3 +119,29 @@ output: out
     md = (out / "report.md").read_text()
     assert "## TensorRT engines (8.6.0" in md and "trt-int8-percentile" in md
     assert rep["summary"]["best"] in ("minmax", "percentile")  # the Q/DQ model comes from an algorithm
+
+
+def test_sensitivity_with_tensorrt_backend_verifies_on_engines(tmp_path):
+    """`calib sensitivity` with `backend: tensorrt`: the CPU search, then the same bisection on engines; the
+    layer_precisions file holds the engine's answer, the report puts simulation and engine side by side."""
+    from test_fallback import sensitive_model
+
+    sensitive_model(tmp_path / "s.onnx")
+    np.save(tmp_path / "x.npy", np.random.default_rng(0).uniform(0.1, 1, (8, 2, 4, 4)).astype(np.float32))
+    (tmp_path / "r.yaml").write_text("""
+name: s
+model: s.onnx
+calibration_data: {kind: npy, path: x.npy}
+sensitivity: {metric: output_sqnr, min_sqnr_db: 30, samples: 8, pin_int8: true}
+backend: {kind: tensorrt, batch_size: 8}
+output: out
+""")
+    r = calib_cli("sensitivity", tmp_path / "r.yaml", simulate=True)
+    assert r.returncode == 0, r.stderr
+    out = tmp_path / "out" / "sensitivity"
+    res = json.loads((out / "sensitivity.json").read_text())
+    e = res["engine"]
+    assert e["float_layers"] == ["convB"] == res["float_layers"] and e["met"] and e["pin_int8"]
+    assert (out / "layer_precisions.txt").read_text() == "convB=fp16\n"
+    md = (out / "sensitivity.md").read_text()
+    assert "## On TensorRT engines (batch 8" in md and "| layers in float | simulation | engine |" in md

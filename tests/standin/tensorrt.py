@@ -110,7 +110,9 @@ def make_trt(version: str = "8.6.0", memory: Memory | None = None):
     major = int(version.split(".")[0])
     minor = int(version.split(".")[1])
     mem = memory or Memory()
-    t = types.SimpleNamespace(__version__=version, memory=mem, builds=[])
+    t = types.SimpleNamespace(__version__=version, memory=mem, builds=[], simulate_int8=False)
+    # simulate_int8: INT8 engines run calib's Q/DQ simulation of the layers they hold in Int8 (with the scales
+    # the calibrator gave), so tests see the accuracy a fallback choice buys; else they run plain FP32
     t.DataType = DataType
     t.float32, t.float16, t.int8, t.int32, t.bool = (DataType.FLOAT, DataType.HALF, DataType.INT8, DataType.INT32,
                                                      DataType.BOOL)
@@ -362,9 +364,24 @@ class _Builder:
                            "TacticName": "standin"})
         plan = {"model": net.model_path, "inputs": [[i.name, list(i.shape), int(i.dtype)] for i in net.inputs],
                 "outputs": [o.name for o in net.outputs], "shapes": {k: [list(s) for s in v] for k, v in shapes.items()},
-                "layers": layers, "scales": scales, "flags": sorted(int(f) for f in cfg.flags)}
+                "layers": layers, "scales": scales, "flags": sorted(int(f) for f in cfg.flags),
+                "simulate_int8": bool(self.t.simulate_int8 and scales),
+                "int8_layers": [la["Name"] for la in layers if "Int8" in la["Outputs"][0]["Format/Datatype"]]}
         self.t.builds.append({"config": cfg, "network": net})
         return b"STANDIN" + json.dumps(plan).encode()
+
+
+def _simulated(plan):
+    """The Q/DQ model of an INT8 stand-in engine: the layers it holds in Int8 quantized, the others in float."""
+    import onnx
+
+    from calib.fallback import quantizable_layers
+    from calib.qdq import Exclusions, insert_qdq
+
+    model = onnx.load(plan["model"])
+    int8 = {n[len("node_of_"):] if n.startswith("node_of_") else n for n in plan["int8_layers"]}
+    floats = tuple(n for n in quantizable_layers(model) if n not in int8)
+    return insert_qdq(model, {k: v * 127.0 for k, v in plan["scales"].items()}, Exclusions(names=floats))
 
 
 def _parse_cache(blob: bytes) -> dict:
@@ -395,7 +412,8 @@ class _Engine:
             self.num_io_tensors = len(self.io)
         if bindings:
             self.num_bindings = len(self.io)
-        self.runner = OrtRunner(plan["model"], expose=[o for o in plan["outputs"]])
+        self.runner = OrtRunner(_simulated(plan) if plan.get("simulate_int8") else plan["model"],
+                                expose=[o for o in plan["outputs"]])
 
     def _find(self, name):
         return next(i for i, e in enumerate(self.io) if e[0] == name)
