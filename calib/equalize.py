@@ -10,7 +10,8 @@ lets the small channels use the whole INT8 range. Weights keep per-channel scale
 lose nothing; a depthwise second Conv absorbs 1/g_i in its own per-channel scale, a dense one (weights shared
 across input channels) gets a geometric compromise.
 
-Pairs: Conv -> [Relu | Clip(0, c)] -> Conv, each tensor on the way read by nothing else and not a graph output.
+Pairs: Conv -> [Relu | LeakyRelu | Clip(0, c) | MaxPool ...] -> Conv, each tensor on the way read by nothing else
+and not a graph output (at most one Clip on the way).
 The per-channel maxima come from one FP32 run over the calibration data (`channel_maxima`).
 """
 from __future__ import annotations
@@ -26,6 +27,7 @@ from calib.errors import ModelError
 
 log = logging.getLogger(__name__)
 
+PASS_THROUGH = ("Relu", "LeakyRelu", "Clip", "MaxPool")  # f(g * x) = g * f(x) for g > 0 (Clip: see gains)
 HEADROOM = 2.0  # g_i * (observed max) must stay below clip / HEADROOM: unseen data may run higher
 MAX_GAIN = 256.0  # no channel is scaled by more than this (a dead or near-dead channel gains nothing)
 
@@ -33,7 +35,7 @@ MAX_GAIN = 256.0  # no channel is scaled by more than this (a dead or near-dead 
 @dataclass(frozen=True)
 class Pair:
     first: str  # the Conv whose output channels are scaled
-    act: str | None  # Relu / Clip node between them, or None
+    act: str | None  # the nodes between them (Relu, LeakyRelu, Clip, MaxPool), comma-separated, or None
     second: str  # the Conv whose input channels take the inverse
     tensor: str  # the first Conv's output (pre-activation): per-channel maxima are taken here
     clip: float | None  # the Clip's upper bound, if any
@@ -94,21 +96,23 @@ def find_pairs(model: onnx.ModelProto) -> list[Pair]:
     for a in g.node:
         if a.op_type != "Conv" or len(a.input) < 2 or a.input[1] not in inits:
             continue
-        nxt = only_reader(a.output[0])
-        act, clip = None, None
-        if nxt is not None and nxt.op_type in ("Relu", "Clip"):
-            bounds = _clip_bounds(model, nxt)
-            if bounds is None:
-                continue
-            act, clip = nxt, (bounds[1] if np.isfinite(bounds[1]) else None)
-            nxt = only_reader(nxt.output[0])
-        if nxt is None or nxt.op_type != "Conv" or len(nxt.input) < 2 or nxt.input[1] not in inits:
+        nxt, last, between, clip, ok = only_reader(a.output[0]), a, [], None, True
+        while nxt is not None and nxt.op_type in PASS_THROUGH:  # each commutes with a positive channel scale
+            if nxt.op_type == "Clip":
+                bounds = _clip_bounds(model, nxt)
+                if bounds is None or clip is not None:
+                    ok = False
+                    break
+                clip = bounds[1] if np.isfinite(bounds[1]) else None
+            between.append(nxt.name or nxt.output[0])
+            last, nxt = nxt, only_reader(nxt.output[0])
+        if not ok or nxt is None or nxt.op_type != "Conv" or len(nxt.input) < 2 or nxt.input[1] not in inits:
             continue
-        if nxt.input[0] != (act.output[0] if act is not None else a.output[0]):
+        if nxt.input[0] != last.output[0]:
             continue
         w2 = _weights(model, nxt)
         groups = _attr(nxt, "group", 1) or 1
-        pairs.append(Pair(a.name or a.output[0], act.name if act is not None else None, nxt.name or nxt.output[0],
+        pairs.append(Pair(a.name or a.output[0], ",".join(between) or None, nxt.name or nxt.output[0],
                           a.output[0], clip, depthwise=groups > 1 and w2.shape[1] == 1 and groups == w2.shape[0]))
     return pairs
 

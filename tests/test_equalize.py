@@ -33,6 +33,11 @@ def _chain(act="Relu", second_group=None, c=4, extra_reader=False, seed=0):
     if act == "Relu":
         nodes.append(helper.make_node("Relu", ["c1"], ["a1"], name="act"))
         mid = "a1"
+    elif act == "LeakyPool":
+        nodes.append(helper.make_node("LeakyRelu", ["c1"], ["l1"], name="act", alpha=0.1))
+        nodes.append(helper.make_node("MaxPool", ["l1"], ["a1"], name="pool", kernel_shape=[2, 2], strides=[1, 1],
+                                      pads=[0, 0, 1, 1]))
+        mid = "a1"
     elif act == "Clip":
         inits += [numpy_helper.from_array(np.array(0, np.float32), "lo"),
                   numpy_helper.from_array(np.array(6, np.float32), "hi")]
@@ -53,7 +58,8 @@ def _data(n=3, seed=1):
     return [{"x": rng.uniform(-1, 1, (4, 3, 8, 8)).astype(np.float32)} for _ in range(n)]
 
 
-@pytest.mark.parametrize("act,group", [("Relu", None), ("Clip", None), (None, None), ("Relu", 1), ("Relu", 2)])
+@pytest.mark.parametrize("act,group", [("Relu", None), ("Clip", None), (None, None), ("Relu", 1), ("Relu", 2),
+                                       ("LeakyPool", 1)])
 def test_equalized_model_computes_the_same(act, group):
     m = _chain(act, group)
     eq, done = equalize(m, _data())
