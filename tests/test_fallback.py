@@ -143,3 +143,21 @@ def test_engine_search_on_the_standin_finds_the_sensitive_layer(tmp_path):
     assert {la.name: la.precision for la in last.layers if la.precision is not None}  # rules reached the builder
     assert e["fp16_ms"] > 0 and e["speed_met"] is False  # the stand-in's engines all take the same time
     assert e["engines_built"] == len(e["variants"]) + 1
+
+
+def test_engine_scorer_drops_a_pin_that_matches_no_layer(tmp_path):
+    from calib.runners.tensorrt.builder import BuildSpec
+    from calib.runners.tensorrt.verify import EngineScorer
+    from standin.tensorrt import Memory, make_trt
+
+    p = sensitive_model(tmp_path / "s.onnx")
+    x = np.random.default_rng(0).uniform(0.1, 1.0, (8, 2, 4, 4)).astype(np.float32)
+    amax = calibrate(p, x, ["minmax"]).amax["minmax"]
+    scorer = Scorer(onnx.load(str(p)), amax, [({"input": x}, None)], "output_sqnr")
+    mem = Memory()
+    trt = make_trt("8.6.0", mem)
+    trt.simulate_int8 = True
+    e = EngineScorer(scorer, p, amax, BuildSpec(precisions=("int8", "fp16"), batch_size=8), "fp16",
+                     ("op:Conv=int8", "op:Softmax=int8"), trt=trt, cuda=mem)
+    assert e.score(("convB",)) == pytest.approx(scorer.score(("convB",)), abs=1e-3)
+    assert e.pin == ("op:Conv=int8",)

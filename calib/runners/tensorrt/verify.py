@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from dataclasses import replace
 
+from calib.errors import CalibError
 from calib.fallback import Scorer
 from calib.runners.tensorrt.builder import BuildSpec, build
 from calib.runners.tensorrt.calibrators import cache_calibrator
@@ -73,9 +74,19 @@ class EngineScorer:
         if key in self.cache:
             return self.cache[key]
         amax = {**self.amax, **overrides} if overrides else self.amax
-        rules = self.pin + tuple(f"{n}={self.precision}" for n in sorted(key[0]))
-        spec = replace(self.spec, layer_precisions=rules)
-        built = build(self.model_path, spec, cache_calibrator(amax, self.trt, self.carrier), self.trt, self.cuda)
+        while True:
+            rules = self.pin + tuple(f"{n}={self.precision}" for n in sorted(key[0]))
+            spec = replace(self.spec, layer_precisions=rules)
+            try:
+                built = build(self.model_path, spec, cache_calibrator(amax, self.trt, self.carrier), self.trt,
+                              self.cuda)
+                break
+            except CalibError as exc:  # an op type TensorRT renamed away: pin the others, say so once
+                bad = next((r for r in self.pin if f"'{r.rpartition('=')[0]}' matches no layer" in str(exc)), None)
+                if bad is None:
+                    raise
+                log.warning("pin %s matches no engine layer; pinning without it", bad)
+                self.pin = tuple(r for r in self.pin if r != bad)
         outs, ms = self._run(built)
         self.cache[key] = self.cpu._score(outs, self.metric)
         self.runs += 1
