@@ -103,6 +103,10 @@ def _run(recipe: Recipe, stage: Path) -> None:
              model_path, len(info.activations))
     input_name = info.inputs[0][0]
     c = recipe.calibration
+    if recipe.backend.kind == "tensorrt":
+        from calib.runners.tensorrt.engines import check
+
+        check(recipe)
     csrc = make_source(recipe.calibration_data, recipe.preprocess, input_name, c.batch_size)
     equalized = None
     if c.equalize:

@@ -96,7 +96,8 @@ evaluation_data: {{kind: npy, path: eval.npy}}
 preprocess: {{scale: 1.0, layout: NCHW}}
 calibration: {{algorithms: [minmax, percentile], batch_size: 8}}
 evaluation: {{task: outputs}}
-backend: {{kind: tensorrt, batch_size: 8, layer_precisions: ["op:Gemm=fp32"], trt_calibrator: minmax}}
+backend: {{kind: tensorrt, batch_size: 8, layer_precisions: ["op:Gemm=fp32"], trt_calibrator: minmax,
+          layerwise: [percentile]}}
 output: out
 """)
     r = calib_cli("run", tmp_path / "r.yaml")
@@ -105,19 +106,25 @@ output: out
     rep = json.loads((out / "report.json").read_text())
     t = rep["tensorrt"]
     assert set(t["engines"]) == {"trt-fp32", "trt-fp16", "trt-int8-minmax", "trt-int8-percentile",
-                                 "trt-int8-tensorrt-minmax"}
+                                 "trt-int8-percentile-marked", "trt-int8-tensorrt-minmax"}
     assert t["engines"]["trt-int8-minmax"]["calibrator"]["batches"] == 0  # fed from calib's cache
     assert t["engines"]["trt-int8-tensorrt-minmax"]["calibrator"]["batches"] == 3  # 24 samples / 8
     assert t["engines"]["trt-int8-minmax"]["layers_set"] and t["layer_precisions"] == ["op:Gemm=fp32"]
     configs = rep["evaluation"]["configs"]
     assert {"minmax@engine", "percentile@engine", "trt-fp16"} <= set(configs)
     assert configs["trt-fp32"]["outputs"]["logits"]["sqnr_db"] > 100  # stand-in engines run FP32
+    marked = configs["trt-int8-percentile-marked"]  # the perturbed engine: every tensor compared with FP32
+    assert marked["perturbed"] and len(marked["layers"]) > 5 and not configs["trt-int8-percentile"]["layers"]
+    assert {l["tensor"] for l in marked["layers"]} <= {l["tensor"] for l in configs["percentile"]["layers"]}
+    assert "percentile-marked@engine" not in configs
     best = t["best_engine"]
+    assert not best.endswith("-marked")
     eng = out / f"cnn.{best[len('trt-int8-'):]}.engine"
     assert eng.is_file() and json.loads(eng.with_name(eng.name + ".json").read_text())["latency"]["batch"] == 8
     assert (out / "tensorrt-minmax.cache").is_file() and (out / "tensorrt-minmax.json").is_file()
     md = (out / "report.md").read_text()
     assert "## TensorRT engines (8.6.0" in md and "trt-int8-percentile" in md
+    assert "## Worst layers (trt-int8-percentile-marked: a perturbed engine)" in md
     assert rep["summary"]["best"] in ("minmax", "percentile")  # the Q/DQ model comes from an algorithm
 
 
@@ -145,3 +152,19 @@ output: out
     assert (out / "layer_precisions.txt").read_text() == "convB=fp16\n"
     md = (out / "sensitivity.md").read_text()
     assert "## On TensorRT engines (batch 8" in md and "| layers in float | simulation | engine |" in md
+
+
+def test_layerwise_names_an_algorithm_of_the_recipe(tmp_path):
+    np.save(tmp_path / "calib.npy", np.load(GOLDEN / "cnn" / "cnn_calib.npy")[:8])
+    (tmp_path / "r.yaml").write_text(f"""
+name: cnn_trt
+model: {CNN}
+calibration_data: {{kind: npy, path: calib.npy}}
+preprocess: {{scale: 1.0, layout: NCHW}}
+calibration: {{algorithms: [minmax], batch_size: 8}}
+backend: {{kind: tensorrt, batch_size: 8, layerwise: [mse]}}
+output: out
+""")
+    r = calib_cli("run", tmp_path / "r.yaml")
+    assert r.returncode != 0 and "backend.layerwise: 'mse' is not one of the recipe's algorithms" in r.stderr
+    assert not (tmp_path / "out").exists()

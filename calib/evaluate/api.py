@@ -55,7 +55,8 @@ def evaluate(model, caches: dict, source, task: str = "outputs", detection: Dete
         for batch, samples, meta in _batches(source):
             ref, tests = sim.run(batch)
             for name, runner in engines.items():
-                tests[name] = runner.run(batch, list(info.outputs))
+                perturbed = layerwise and getattr(runner, "perturbed", False)
+                tests[name] = runner.run(batch, None if perturbed else list(info.outputs))
             for name, test in tests.items():
                 comps[name].update(ref, test)
                 if task == "classification":
@@ -72,10 +73,13 @@ def evaluate(model, caches: dict, source, task: str = "outputs", detection: Dete
     det_res = det.result() if det is not None else None
     for name in names:
         c = comps[name]
+        perturbed = name in engines and getattr(engines[name], "perturbed", False)
         entry = {"outputs": {o: c.tensors[o].result() for o in info.outputs if o in c.tensors},
-                 "layers": c.layers(info) if layerwise and name in configs else []}
+                 "layers": c.layers(info) if layerwise and (name in configs or perturbed) else []}
         if name in engines:
             entry["backend"] = getattr(engines[name], "backend", "engine")
+            if perturbed:
+                entry["perturbed"] = True  # every tensor marked as an output: not the deployed engine
         if task == "classification":
             entry["task"] = cls[name].result()
         elif det_res is not None:

@@ -193,6 +193,15 @@ def markdown(report: dict) -> str:
     lines += ["", f"## Worst layers ({s['best']})", "", "| tensor | op | SQNR dB | cosine |", "|---|---|---|---|"]
     for l in s["worst_layers"].get(s["best"], []):
         lines.append(f"| `{l['tensor']}` | {l['op_type']} | {_fmt(l['sqnr_db'])} | {_fmt(l['cosine'], 4)} |")
+    for name, e in report["evaluation"]["configs"].items():
+        if e.get("perturbed") and s["worst_layers"].get(name):
+            lines += ["", f"## Worst layers ({name}: a perturbed engine)", "",
+                      "Every tensor of this engine is marked as an output so that TensorRT's own per-layer values can "
+                      "be compared with FP32; marking stops fusions and changes precisions, so its numbers are not "
+                      "those of the deployed engine (its output row above shows by how much).", "",
+                      "| tensor | op | SQNR dB | cosine |", "|---|---|---|---|"]
+            for l in s["worst_layers"][name]:
+                lines.append(f"| `{l['tensor']}` | {l['op_type']} | {_fmt(l['sqnr_db'])} | {_fmt(l['cosine'], 4)} |")
     lines += ["", "## Files", ""] + [f"- `{f}`" for f in report["files"]]
     return "\n".join(lines) + "\n"
 

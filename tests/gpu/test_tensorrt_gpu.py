@@ -188,3 +188,25 @@ def test_cli_build_and_bench(tmp_path, cuda):
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["median_ms"] > 0
     assert compat.version(trt) >= (8, 6, 0)
+
+
+def test_marked_engine_gives_per_layer_values(cuda, data):
+    """backend.layerwise: an INT8 engine with every tensor marked as an output returns TensorRT's own values of
+    the ONNX tensors, which the evaluator compares with FP32 layer by layer (a perturbed engine)."""
+    from calib.evaluate.api import evaluate
+    from calib.model import inspect_model
+
+    amax = calibrate(CNN, data[:32], ["minmax"], batch_size=8).amax["minmax"]
+    built = build(CNN, _spec(precisions=("int8", "fp16"), mark_outputs=("*",)), cache_calibrator(amax, trt), trt,
+                  cuda)
+    r = TrtRunner(built.plan, trt, cuda, label="marked")
+    r.perturbed = True
+    info = inspect_model(CNN)
+    onnx_names = set(info.activations) & set(r.outputs)
+    assert len(onnx_names) >= 5
+    res = evaluate(CNN, {"minmax": amax}, ArraySource(data[32:48], "input", 8), engines={"marked": r})
+    r.close()
+    e = res["configs"]["marked"]
+    assert e["perturbed"] and len(e["layers"]) >= 5
+    assert all(l["sqnr_db"] > 5 for l in e["layers"] if l["op_type"] != "Input")
+    _keep("marked-layers.json", e["layers"])

@@ -3,7 +3,7 @@ own calibrator, run them on the evaluation data and time them; write the best IN
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -11,6 +11,7 @@ import numpy as np
 from calib.evaluate.report import primary_score
 from calib.fallback import quantizable_layers
 from calib.qdq import Exclusions
+from calib.errors import RecipeError
 from calib.recipe import Recipe
 from calib.runners.tensorrt import compat
 from calib.runners.tensorrt.builder import BuildSpec, Built, build, read_layer_precisions, write_engine
@@ -19,6 +20,7 @@ from calib.runners.tensorrt.inspect import node_precisions
 from calib.runners.tensorrt.runner import TrtRunner
 
 log = logging.getLogger(__name__)
+MARKED = "-marked"  # suffix of a perturbed engine: every tensor marked as an output, for layer-wise comparison
 
 
 @dataclass
@@ -36,6 +38,14 @@ def layer_precision_rules(recipe: Recipe) -> tuple[str, ...]:
     if b.layer_precisions_file:
         rules += read_layer_precisions(b.layer_precisions_file)
     return tuple(rules)
+
+
+def check(recipe: Recipe) -> None:
+    """What can be checked before the statistics pass."""
+    unknown = [a for a in recipe.backend.layerwise if a not in recipe.calibration.algorithms]
+    if unknown:
+        raise RecipeError(f"{recipe.source}: backend.layerwise: '{unknown[0]}' is not one of the recipe's "
+                          f"algorithms ({', '.join(recipe.calibration.algorithms)})")
 
 
 def build_engines(recipe: Recipe, model_path: Path, info, amax: dict, calib_source, stage: Path,
@@ -58,9 +68,13 @@ def build_engines(recipe: Recipe, model_path: Path, info, amax: dict, calib_sour
         jobs.append((f"trt-{ref}", BuildSpec(precisions=("fp32",) if ref == "fp32" else ("fp32", "fp16"), **base),
                      lambda: None, None))
     int8 = BuildSpec(precisions=tuple(b.precision), layer_precisions=rules, constraints=b.constraints, **base)
+    marked = replace(int8, mark_outputs=("*",))
     for algo, am in amax.items():
         jobs.append((f"trt-int8-{algo}", int8, lambda am=am: cache_calibrator(am, trt, recipe.calibration.carrier),
                      f"{algo}.cache"))
+        if algo in b.layerwise:
+            jobs.append((f"trt-int8-{algo}{MARKED}", marked,
+                         lambda am=am: cache_calibrator(am, trt, recipe.calibration.carrier), f"{algo}.cache"))
     if b.trt_calibrator:
         kind = b.trt_calibrator
         inputs = sample_shapes(calib_source, [n for n, _, _ in info.inputs])
@@ -74,10 +88,11 @@ def build_engines(recipe: Recipe, model_path: Path, info, amax: dict, calib_sour
         built: Built = build(model_path, spec, make(), trt, cuda)
         out.built[name] = built
         out.runners[name] = TrtRunner(built.plan, trt, cuda, label=name)
+        out.runners[name].perturbed = name.endswith(MARKED)  # evaluate() compares its every output per layer
         if cache_name:
             out.caches[name] = cache_name
         algo = name[len("trt-int8-"):]
-        if b.predict and algo in amax:
+        if b.predict and algo in amax and not name.endswith(MARKED):
             prec = node_precisions(built.layers, nodes)
             kept = tuple(n for n in nodes if prec.get(n, "int8") != "int8")
             out.predict[f"{algo}@engine"] = (algo, Exclusions(names=kept))
@@ -109,7 +124,7 @@ def time_engines(es: EngineSet, source, batch_size: int) -> None:
 def write_best(es: EngineSet, evaluation: dict, stage: Path, stem: str) -> str | None:
     """Write the INT8 engine with the best task score (and its sidecar); returns its file name."""
     task = evaluation["task"]
-    int8 = [n for n in es.built if n.startswith("trt-int8-") and n in evaluation["configs"]]
+    int8 = [n for n in es.built if n.startswith("trt-int8-") and not n.endswith(MARKED) and n in evaluation["configs"]]
     if not int8:
         return None
     best = max(int8, key=lambda n: primary_score(evaluation["configs"][n], task))
