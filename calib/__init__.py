@@ -6,7 +6,7 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "calibrate", "evaluate", "CalibError"]
+__all__ = ["__version__", "calibrate", "evaluate", "equalize_model", "CalibError"]
 
 
 def __getattr__(name: str):
@@ -18,6 +18,10 @@ def __getattr__(name: str):
         from calib.evaluate.api import evaluate
 
         return evaluate
+    if name == "equalize_model":
+        from calib.equalize import equalize_file
+
+        return equalize_file
     if name == "CalibError":
         from calib.errors import CalibError
 

@@ -94,13 +94,26 @@ def sensitivity(ctx, recipe, out, overrides):
 @click.option("--trt-version", default="8600", show_default=True, help="Digits of the cache header.")
 @click.option("--carrier", default="EntropyCalibration2", show_default=True,
               help="Calibrator algorithm named in the cache header (the class that will read it).")
+@click.option("--equalize", is_flag=True,
+              help="Cross-layer equalization first; the caches are then for OUT/<model>.equalized.onnx.")
 @click.option("--out", "-o", required=True, type=click.Path(file_okay=False))
 @_handled
-def calibrate(model, data, algo, batch_size, preprocess, percentile, trt_version, carrier, out):
+def calibrate(model, data, algo, batch_size, preprocess, percentile, trt_version, carrier, equalize, out):
     """Calibrate MODEL on --data in one pass; write OUT/<algo>.cache and OUT/<algo>.json per algorithm."""
     from calib.calibrate import calibrate as run_calibration
 
     algos = [a.strip() for a in algo.split(",") if a.strip()]
+    if equalize:
+        from calib.data.arrays import ArraySource, load_array
+        from calib.equalize import equalize_file
+        from calib.model import inspect_model
+
+        src = ArraySource(load_array(data), inspect_model(model).inputs[0][0], batch_size, preprocess, label=data)
+        Path(out).mkdir(parents=True, exist_ok=True)
+        target = Path(out) / f"{Path(model).stem}.equalized.onnx"
+        done = equalize_file(model, src, target)
+        click.echo(f"{target}  ({done['equalized']} of {done['pairs']} Conv pairs equalized)")
+        model = str(target)
     res = run_calibration(model, data, algos, {"percentile": {"percentile": percentile}}, batch_size,
                           preprocess, out, trt_version, carrier)
     for a in algos:

@@ -174,3 +174,22 @@ output: out
     import hashlib
 
     assert side["model_sha256"] == hashlib.sha256((tmp_path / "out" / eq["file"]).read_bytes()).hexdigest()
+
+
+def test_calibrate_cli_equalize(tmp_path):
+    from calib.cli import main
+
+    onnx.save(_chain("Relu"), str(tmp_path / "m.onnx"))
+    np.save(tmp_path / "x.npy", np.concatenate([f["x"] for f in _data(2)]))
+    r = CliRunner().invoke(main, ["calibrate", str(tmp_path / "m.onnx"), "--data", str(tmp_path / "x.npy"),
+                                  "--algo", "minmax", "--batch-size", "4", "--equalize", "-o", str(tmp_path / "c")])
+    assert r.exit_code == 0, r.output
+    eq = tmp_path / "c" / "m.equalized.onnx"
+    assert eq.is_file() and "1 of 1 Conv pairs equalized" in r.output
+    import hashlib
+
+    side = json.loads((tmp_path / "c" / "minmax.json").read_text())
+    assert side["model_sha256"] == hashlib.sha256(eq.read_bytes()).hexdigest()
+    import calib
+
+    assert calib.equalize_model.__name__ == "equalize_file"
