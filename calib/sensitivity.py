@@ -73,8 +73,16 @@ def _engine_md(e: dict, spec, target: float) -> str:
              f"({'meets' if e['met'] else 'misses'} the budget {target:.4g}), {e['median_ms']:.4f} ms = "
              f"{e['speedup_vs_fp16']:.2f}x the FP16 engine"
              + (f" (asked: {spec.min_speedup:.2f}x, {'met' if e['speed_met'] else 'missed'})" if spec.min_speedup
-                else "") + ".\n",
-             "| layers in float | simulation | engine | ms | x FP16 | engine layers |", "|---|---|---|---|---|---|"]
+                else "") + ".\n"]
+    f, q = e.get("fastest_meeting_budget"), e.get("best_meeting_speed")
+    if f:
+        lines.append(f"Fastest variant within the budget: {f['float_layers']} layers in float, {f['engine_score']:.4g} at "
+                     f"{f['speedup_vs_fp16']:.2f}x FP16.\n")
+    if spec.min_speedup:
+        lines.append(f"Best variant at >= {spec.min_speedup:.2f}x FP16: " + (
+            f"{q['float_layers']} layers in float, {q['engine_score']:.4g} at {q['speedup_vs_fp16']:.2f}x.\n" if q
+            else "none of those measured.\n"))
+    lines += ["| layers in float | simulation | engine | ms | x FP16 | engine layers |", "|---|---|---|---|---|---|"]
     for r in e["variants"]:
         summ = ", ".join(f"{k} {v}" for k, v in sorted(r["engine_layers"].items()))
         lines.append(f"| {r['float_layers']} | {r['sim_score']:.4g} | {r['engine_score']:.4g} | {r['median_ms']:.4f} | "

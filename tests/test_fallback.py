@@ -143,6 +143,7 @@ def test_engine_search_on_the_standin_finds_the_sensitive_layer(tmp_path):
     assert {la.name: la.precision for la in last.layers if la.precision is not None}  # rules reached the builder
     assert e["fp16_ms"] > 0 and e["speed_met"] is False  # the stand-in's engines all take the same time
     assert e["engines_built"] == len(e["variants"]) + 1
+    assert e["fastest_meeting_budget"]["float_layers"] == 1 and e["best_meeting_speed"] is None
 
 
 def test_engine_scorer_drops_a_pin_that_matches_no_layer(tmp_path):

@@ -152,6 +152,7 @@ output: out
     assert (out / "layer_precisions.txt").read_text() == "convB=fp16\n"
     md = (out / "sensitivity.md").read_text()
     assert "## On TensorRT engines (batch 8" in md and "| layers in float | simulation | engine |" in md
+    assert "Fastest variant within the budget: 1 layers in float" in md
 
 
 def test_layerwise_names_an_algorithm_of_the_recipe(tmp_path):

@@ -119,8 +119,12 @@ def engine_search(cpu: Scorer, ranking: list[dict], target: float, model_path, a
     rows = sorted(scorer.rows.values(), key=lambda r: r["float_layers"])
     best = scorer.rows[Scorer._key(found["float_layers"], overrides)]
     fast = [r for r in rows if r["engine_score"] >= target and (r["speedup_vs_fp16"] or 0) >= s.min_speedup]
+    meets = [r for r in rows if r["engine_score"] >= target]
+    quick = [r for r in rows if (r["speedup_vs_fp16"] or 0) >= s.min_speedup] if s.min_speedup else []
+    frontier = {"fastest_meeting_budget": max(meets, key=lambda r: r["speedup_vs_fp16"] or 0, default=None),
+                "best_meeting_speed": max(quick, key=lambda r: r["engine_score"], default=None)}
     return {"float_layers": found["float_layers"], "score": found["score"], "met": found["met"],
             "median_ms": best["median_ms"], "speedup_vs_fp16": best["speedup_vs_fp16"],
             "fp16_ms": scorer.fp16_ms, "batch": batch, "pin_int8": s.pin_int8,
             "min_speedup": s.min_speedup, "speed_met": bool(fast) if s.min_speedup else None,
-            "variants": rows, "engines_built": scorer.runs + 1}
+            "variants": rows, "engines_built": scorer.runs + 1, **frontier}
