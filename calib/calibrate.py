@@ -142,7 +142,7 @@ def calibrate(model: str | Path, data, algorithms=ALL_ALGORITHMS, params: dict |
     for a in algorithms:
         registry.get(a)
     info = inspect_model(model)
-    label = "calibration data"
+    label = getattr(data, "label", "calibration data")
     if isinstance(data, (str, Path)):
         label = str(data)
         data = load_array(data)

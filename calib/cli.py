@@ -108,12 +108,12 @@ def calibrate(model, data, algo, batch_size, preprocess, percentile, trt_version
         from calib.equalize import equalize_file
         from calib.model import inspect_model
 
-        src = ArraySource(load_array(data), inspect_model(model).inputs[0][0], batch_size, preprocess, label=data)
+        data = ArraySource(load_array(data), inspect_model(model).inputs[0][0], batch_size, preprocess, label=data)
         Path(out).mkdir(parents=True, exist_ok=True)
         target = Path(out) / f"{Path(model).stem}.equalized.onnx"
-        done = equalize_file(model, src, target)
+        done = equalize_file(model, data, target)
         click.echo(f"{target}  ({done['equalized']} of {done['pairs']} Conv pairs equalized)")
-        model = str(target)
+        model = str(target)  # calibrated on the same source, loaded once
     res = run_calibration(model, data, algos, {"percentile": {"percentile": percentile}}, batch_size,
                           preprocess, out, trt_version, carrier)
     for a in algos:

@@ -67,13 +67,14 @@ def _clip_bounds(model, node) -> tuple[float, float] | None:
     if node.op_type != "Clip":
         return None
     if len(node.input) > 1:  # opset >= 11: min/max as inputs
-        lo = _const(model, node.input[1]) if len(node.input) > 1 else None
-        hi = _const(model, node.input[2]) if len(node.input) > 2 else None
-        if (len(node.input) > 1 and node.input[1] and lo is None) or (len(node.input) > 2 and node.input[2]
-                                                                     and hi is None):
-            return None  # bounds computed at run time
-        lo = float(lo) if lo is not None else -float("inf")
-        hi = float(hi) if hi is not None else float("inf")
+        bounds = []
+        for i, default in ((1, -float("inf")), (2, float("inf"))):
+            name = node.input[i] if len(node.input) > i else ""
+            value = _const(model, name)
+            if name and value is None:
+                return None  # bounds computed at run time
+            bounds.append(float(value) if value is not None else default)
+        lo, hi = bounds
     else:
         lo, hi = float(_attr(node, "min", -3.4e38)), float(_attr(node, "max", 3.4e38))
     return (lo, hi) if lo == 0.0 and hi > 0 else None
@@ -161,7 +162,7 @@ def gains(pair: Pair, maxima: np.ndarray) -> np.ndarray:
 def _set(model, name, array):
     for t in model.graph.initializer:
         if t.name == name:
-            t.CopyFrom(numpy_helper.from_array(array.astype(numpy_helper.to_array(t).dtype), name))
+            t.CopyFrom(numpy_helper.from_array(array.astype(onnx.helper.tensor_dtype_to_np_dtype(t.data_type)), name))
             return
     raise ModelError(f"equalize: initializer {name} not found")
 
@@ -206,9 +207,10 @@ def _shared_initializers(model) -> dict[str, int]:
     return count
 
 
-def equalize(model: onnx.ModelProto, batches) -> tuple[onnx.ModelProto, list[dict]]:
-    """Find the pairs, measure their channels on `batches`, return the equalized model and what was done."""
-    pairs = find_pairs(model)
+def equalize(model: onnx.ModelProto, batches, pairs: list[Pair] | None = None) -> tuple[onnx.ModelProto, list[dict]]:
+    """Find the pairs (unless given), measure their channels on `batches`, return the equalized model and what
+    was done."""
+    pairs = find_pairs(model) if pairs is None else pairs
     if not pairs:
         return model, []
     maxima = channel_maxima(model, pairs, batches)
@@ -231,7 +233,8 @@ def equalize_file(model_path, source, out_path, max_batches: int | None = None) 
     batches = list(itertools.islice(iter(source), max_batches))
     if not batches:
         raise ModelError(f"equalize: no calibration batches for {model_path}")
-    eq, done = equalize(model, batches)
+    pairs = find_pairs(model)
+    eq, done = equalize(model, batches, pairs)
     before, after = OrtRunner(model).run(batches[0]), OrtRunner(eq).run(batches[0])
     worst = 0.0
     for name, ref in before.items():
@@ -242,6 +245,6 @@ def equalize_file(model_path, source, out_path, max_batches: int | None = None) 
             raise ModelError(f"equalize: output {name} moved by {err:.2g} of its range in FP32 "
                              f"(a Clip bound was crossed); run without equalize")
     atomic_write_bytes(Path(out_path), eq.SerializeToString())
-    return {"file": Path(out_path).name, "pairs": len(find_pairs(model)), "equalized": len(done),
+    return {"file": Path(out_path).name, "pairs": len(pairs), "equalized": len(done),
             "max_gain": max((d["max_gain"] for d in done), default=1.0),
             "fp32_max_rel_change": worst, "layers": done}

@@ -49,14 +49,14 @@ def evaluate(model, caches: dict, source, task: str = "outputs", detection: Dete
     comps = {n: Comparison(n) for n in names}
     cls = {n: Classification() for n in names}
     det = DetectionTally(detection, names, info.outputs) if task == "detection" else None
+    perturbed = {n for n, r in engines.items() if layerwise and getattr(r, "perturbed", False)}  # compare every output
     n = 0
     total = len(source) if hasattr(source, "__len__") else None
     with bar("evaluate", total=total) as pbar:
         for batch, samples, meta in _batches(source):
             ref, tests = sim.run(batch)
             for name, runner in engines.items():
-                perturbed = layerwise and getattr(runner, "perturbed", False)
-                tests[name] = runner.run(batch, None if perturbed else list(info.outputs))
+                tests[name] = runner.run(batch, None if name in perturbed else list(info.outputs))
             for name, test in tests.items():
                 comps[name].update(ref, test)
                 if task == "classification":
@@ -73,12 +73,11 @@ def evaluate(model, caches: dict, source, task: str = "outputs", detection: Dete
     det_res = det.result() if det is not None else None
     for name in names:
         c = comps[name]
-        perturbed = name in engines and getattr(engines[name], "perturbed", False)
         entry = {"outputs": {o: c.tensors[o].result() for o in info.outputs if o in c.tensors},
-                 "layers": c.layers(info) if layerwise and (name in configs or perturbed) else []}
+                 "layers": c.layers(info) if (layerwise and name in configs) or name in perturbed else []}
         if name in engines:
             entry["backend"] = getattr(engines[name], "backend", "engine")
-            if perturbed:
+            if name in perturbed:
                 entry["perturbed"] = True  # every tensor marked as an output: not the deployed engine
         if task == "classification":
             entry["task"] = cls[name].result()

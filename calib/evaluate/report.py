@@ -172,6 +172,11 @@ def _engine_md(report: dict) -> list[str]:
     return lines
 
 
+def _worst_md(layers: list[dict]) -> list[str]:
+    return ["| tensor | op | SQNR dB | cosine |", "|---|---|---|---|"] + [
+        f"| `{l['tensor']}` | {l['op_type']} | {_fmt(l['sqnr_db'])} | {_fmt(l['cosine'], 4)} |" for l in layers]
+
+
 def markdown(report: dict) -> str:
     s = report["summary"]
     metrics = sorted({k for r in s["rows"].values() for k in r})
@@ -190,18 +195,14 @@ def markdown(report: dict) -> str:
     if report.get("fp32_task"):
         lines += ["", f"FP32 reference against itself: `{report['fp32_task']}`"]
     lines += _engine_md(report)
-    lines += ["", f"## Worst layers ({s['best']})", "", "| tensor | op | SQNR dB | cosine |", "|---|---|---|---|"]
-    for l in s["worst_layers"].get(s["best"], []):
-        lines.append(f"| `{l['tensor']}` | {l['op_type']} | {_fmt(l['sqnr_db'])} | {_fmt(l['cosine'], 4)} |")
+    lines += ["", f"## Worst layers ({s['best']})", ""] + _worst_md(s["worst_layers"].get(s["best"], []))
     for name, e in report["evaluation"]["configs"].items():
         if e.get("perturbed") and s["worst_layers"].get(name):
             lines += ["", f"## Worst layers ({name}: a perturbed engine)", "",
                       "Every tensor of this engine is marked as an output so that TensorRT's own per-layer values can "
                       "be compared with FP32; marking stops fusions and changes precisions, so its numbers are not "
-                      "those of the deployed engine (its output row above shows by how much).", "",
-                      "| tensor | op | SQNR dB | cosine |", "|---|---|---|---|"]
-            for l in s["worst_layers"][name]:
-                lines.append(f"| `{l['tensor']}` | {l['op_type']} | {_fmt(l['sqnr_db'])} | {_fmt(l['cosine'], 4)} |")
+                      "those of the deployed engine (its output row above shows by how much).", ""]
+            lines += _worst_md(s["worst_layers"][name])
     lines += ["", "## Files", ""] + [f"- `{f}`" for f in report["files"]]
     return "\n".join(lines) + "\n"
 

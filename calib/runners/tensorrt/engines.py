@@ -8,10 +8,10 @@ from pathlib import Path
 
 import numpy as np
 
+from calib.errors import RecipeError
 from calib.evaluate.report import primary_score
 from calib.fallback import quantizable_layers
 from calib.qdq import Exclusions
-from calib.errors import RecipeError
 from calib.recipe import Recipe
 from calib.runners.tensorrt import compat
 from calib.runners.tensorrt.builder import BuildSpec, Built, build, read_layer_precisions, write_engine
@@ -70,11 +70,10 @@ def build_engines(recipe: Recipe, model_path: Path, info, amax: dict, calib_sour
     int8 = BuildSpec(precisions=tuple(b.precision), layer_precisions=rules, constraints=b.constraints, **base)
     marked = replace(int8, mark_outputs=("*",))
     for algo, am in amax.items():
-        jobs.append((f"trt-int8-{algo}", int8, lambda am=am: cache_calibrator(am, trt, recipe.calibration.carrier),
-                     f"{algo}.cache"))
+        feed = lambda am=am: cache_calibrator(am, trt, recipe.calibration.carrier)  # noqa: E731
+        jobs.append((f"trt-int8-{algo}", int8, feed, f"{algo}.cache"))
         if algo in b.layerwise:
-            jobs.append((f"trt-int8-{algo}{MARKED}", marked,
-                         lambda am=am: cache_calibrator(am, trt, recipe.calibration.carrier), f"{algo}.cache"))
+            jobs.append((f"trt-int8-{algo}{MARKED}", marked, feed, f"{algo}.cache"))
     if b.trt_calibrator:
         kind = b.trt_calibrator
         inputs = sample_shapes(calib_source, [n for n, _, _ in info.inputs])

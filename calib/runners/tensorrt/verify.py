@@ -13,7 +13,8 @@ import logging
 from dataclasses import replace
 
 from calib.errors import CalibError
-from calib.fallback import Scorer
+from calib.fallback import Scorer, search
+from calib.runners.tensorrt import compat
 from calib.runners.tensorrt.builder import BuildSpec, build
 from calib.runners.tensorrt.calibrators import cache_calibrator
 from calib.runners.tensorrt.runner import TrtRunner
@@ -38,8 +39,6 @@ class EngineScorer:
 
     def __init__(self, cpu: Scorer, model_path, amax: dict, spec: BuildSpec, precision: str = "fp16",
                  pin: tuple[str, ...] = (), carrier: str | None = None, trt=None, cuda=None):
-        from calib.runners.tensorrt import compat
-
         self.trt = trt or compat.load()
         if cuda is None:
             from calib.runners.tensorrt.device import Cuda
@@ -104,8 +103,6 @@ def engine_search(cpu: Scorer, ranking: list[dict], target: float, model_path, a
                   overrides: dict | None = None, trt=None, cuda=None) -> dict:
     """The bisection of calib.fallback.search over the CPU ranking, each variant an engine. Returns the engine's
     answer, every variant measured (engine and simulation side by side) and the FP16 engine's latency."""
-    from calib.fallback import search
-
     b, s = recipe.backend, recipe.sensitivity
     layers = [r["layer"] for r in ranking]
     batch = max(len(next(iter(feed.values()))) for feed, _ in cpu.batches)
