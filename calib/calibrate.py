@@ -14,7 +14,7 @@ import calib
 from calib import cache as cachefmt
 from calib.algorithms import registry
 from calib.errors import DataError
-from calib.model import ModelInfo, inspect_model
+from calib.model import ModelInfo, inspect_model, load_model, relu_bounds
 from calib.progress import bar
 from calib.stats import DEFAULT_BINS, HistogramCollector
 
@@ -75,17 +75,38 @@ def fingerprint_update(digest, name: str, x: np.ndarray) -> None:
     digest.update(x.data)
 
 
+def relu_outputs(model_path: str | Path, info: ModelInfo) -> dict[str, tuple[str, float]]:
+    """Activations made by a Relu or Clip(0, hi) from another activation: output -> (input, hi).
+
+    Their statistics follow from their input's (HistogramCollector.derive), so the pass does not read them."""
+    model = load_model(model_path)
+    acts = set(info.activations)
+    out = {}
+    for node in model.graph.node:
+        bounds = relu_bounds(model, node)
+        if bounds is None or not node.input or not node.output:
+            continue
+        x, y = node.input[0], node.output[0]
+        if x in acts and y in acts and x not in out:
+            out[y] = (x, bounds[1])
+    return out
+
+
 def collect(model_path: str | Path, source, micro_batch: int = 8, nbins: int = DEFAULT_BINS,
-            label: str = "calibration data", info: ModelInfo | None = None):
-    """Run the FP32 model over `source` once; returns (ModelInfo, HistogramCollector, samples, fingerprint)."""
+            label: str = "calibration data", info: ModelInfo | None = None, derive: bool = True):
+    """Run the FP32 model over `source` once; returns (ModelInfo, HistogramCollector, samples, fingerprint).
+
+    derive: take the statistics of Relu/Clip(0, hi) outputs from their inputs' (not reading them again)."""
     from calib.runners.onnxruntime import OrtRunner
 
     info = info or inspect_model(model_path)
-    runner = OrtRunner(model_path, expose=list(info.activations))
+    derived = relu_outputs(model_path, info) if derive else {}
+    runner = OrtRunner(model_path, expose=[n for n in info.activations if n not in derived],
+                       spin=False, arena=False)
     exposed = set(runner.tensor_names())
-    wanted = [n for n in info.activations if n in exposed]
+    wanted = [n for n in info.activations if n in exposed and n not in derived]
     inputs = [n for n, _, _ in info.inputs]
-    stats = HistogramCollector(nbins)
+    stats = HistogramCollector(nbins, signed=frozenset(x for x, _ in derived.values()))
     digest = hashlib.sha256()
     samples = 0
     total = len(source) if hasattr(source, "__len__") else None
@@ -108,6 +129,8 @@ def collect(model_path: str | Path, source, micro_batch: int = 8, nbins: int = D
             pbar.update(n)
     if samples == 0:
         raise DataError(f"{label}: no samples")
+    for y, (x, hi) in derived.items():
+        stats.derive(y, x, hi)
     for name, h in stats.hists.items():
         if h.nonfinite:
             log.warning("tensor '%s': %d NaN/Inf values (left out of its statistics)", name, h.nonfinite)

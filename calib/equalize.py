@@ -24,6 +24,7 @@ import onnx
 from onnx import numpy_helper
 
 from calib.errors import ModelError
+from calib.model import constant_value, node_attr, relu_bounds
 
 log = logging.getLogger(__name__)
 
@@ -40,44 +41,6 @@ class Pair:
     tensor: str  # the first Conv's output (pre-activation): per-channel maxima are taken here
     clip: float | None  # the Clip's upper bound, if any
     depthwise: bool
-
-
-def _attr(node, name, default=None):
-    for a in node.attribute:
-        if a.name == name:
-            return onnx.helper.get_attribute_value(a)
-    return default
-
-
-def _const(model: onnx.ModelProto, name: str):
-    if not name:
-        return None
-    for t in model.graph.initializer:
-        if t.name == name:
-            return numpy_helper.to_array(t)
-    for n in model.graph.node:
-        if n.op_type == "Constant" and n.output[0] == name:
-            return numpy_helper.to_array(n.attribute[0].t)
-    return None
-
-
-def _clip_bounds(model, node) -> tuple[float, float] | None:
-    if node.op_type == "Relu":
-        return 0.0, float("inf")
-    if node.op_type != "Clip":
-        return None
-    if len(node.input) > 1:  # opset >= 11: min/max as inputs
-        bounds = []
-        for i, default in ((1, -float("inf")), (2, float("inf"))):
-            name = node.input[i] if len(node.input) > i else ""
-            value = _const(model, name)
-            if name and value is None:
-                return None  # bounds computed at run time
-            bounds.append(float(value) if value is not None else default)
-        lo, hi = bounds
-    else:
-        lo, hi = float(_attr(node, "min", -3.4e38)), float(_attr(node, "max", 3.4e38))
-    return (lo, hi) if lo == 0.0 and hi > 0 else None
 
 
 def find_pairs(model: onnx.ModelProto) -> list[Pair]:
@@ -100,7 +63,7 @@ def find_pairs(model: onnx.ModelProto) -> list[Pair]:
         nxt, last, between, clip, ok = only_reader(a.output[0]), a, [], None, True
         while nxt is not None and nxt.op_type in PASS_THROUGH:  # each commutes with a positive channel scale
             if nxt.op_type == "Clip":
-                bounds = _clip_bounds(model, nxt)
+                bounds = relu_bounds(model, nxt)
                 if bounds is None or clip is not None:
                     ok = False
                     break
@@ -112,14 +75,14 @@ def find_pairs(model: onnx.ModelProto) -> list[Pair]:
         if nxt.input[0] != last.output[0]:
             continue
         w2 = _weights(model, nxt)
-        groups = _attr(nxt, "group", 1) or 1
+        groups = node_attr(nxt, "group", 1) or 1
         pairs.append(Pair(a.name or a.output[0], ",".join(between) or None, nxt.name or nxt.output[0],
                           a.output[0], clip, depthwise=groups > 1 and w2.shape[1] == 1 and groups == w2.shape[0]))
     return pairs
 
 
 def _weights(model, node) -> np.ndarray:
-    w = _const(model, node.input[1])
+    w = constant_value(model, node.input[1])
     if w is None:
         raise ModelError(f"equalize: weights of {node.name or node.output[0]} are not an initializer")
     return w
@@ -184,9 +147,9 @@ def apply(model: onnx.ModelProto, pairs: list[Pair], maxima: dict) -> tuple[onnx
         w1 = _weights(out, a).astype(np.float64)
         _set(out, a.input[1], w1 * g.reshape(-1, *([1] * (w1.ndim - 1))))
         if len(a.input) > 2 and a.input[2]:
-            _set(out, a.input[2], _const(out, a.input[2]).astype(np.float64) * g)
+            _set(out, a.input[2], constant_value(out, a.input[2]).astype(np.float64) * g)
         w2 = _weights(out, b).astype(np.float64)
-        groups = _attr(b, "group", 1) or 1
+        groups = node_attr(b, "group", 1) or 1
         cin_g, cout_g = w2.shape[1], w2.shape[0] // groups
         # input channel of W2[o, j] is (o // cout_g) * cin_g + j
         idx = (np.arange(w2.shape[0])[:, None] // cout_g) * cin_g + np.arange(cin_g)[None, :]

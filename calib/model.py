@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import onnx
-from onnx import TensorProto
+from onnx import TensorProto, numpy_helper
 
 from calib.errors import ModelError
 from calib.io import sha256_file
@@ -96,3 +96,44 @@ def with_outputs(model: onnx.ModelProto, names: list[str]) -> onnx.ModelProto:
         if n not in present:
             m.graph.output.append(onnx.ValueInfoProto(name=n))
     return m
+
+
+def node_attr(node, name, default=None):
+    """An attribute's value, or `default`."""
+    for a in node.attribute:
+        if a.name == name:
+            return onnx.helper.get_attribute_value(a)
+    return default
+
+
+def constant_value(model: onnx.ModelProto, name: str):
+    """The value of an initializer or Constant output, or None (not a constant, or no name)."""
+    if not name:
+        return None
+    for t in model.graph.initializer:
+        if t.name == name:
+            return numpy_helper.to_array(t)
+    for n in model.graph.node:
+        if n.op_type == "Constant" and n.output[0] == name:
+            return numpy_helper.to_array(n.attribute[0].t)
+    return None
+
+
+def relu_bounds(model: onnx.ModelProto, node) -> tuple[float, float] | None:
+    """(0, hi) for Relu (hi = inf) or a Clip with constant bounds 0 and hi > 0; otherwise None."""
+    if node.op_type == "Relu":
+        return 0.0, float("inf")
+    if node.op_type != "Clip":
+        return None
+    if len(node.input) > 1:  # opset >= 11: min/max as inputs
+        bounds = []
+        for i, default in ((1, -float("inf")), (2, float("inf"))):
+            name = node.input[i] if len(node.input) > i else ""
+            value = constant_value(model, name)
+            if name and value is None:
+                return None  # bounds computed at run time
+            bounds.append(float(value) if value is not None else default)
+        lo, hi = bounds
+    else:
+        lo, hi = float(node_attr(node, "min", -3.4e38)), float(node_attr(node, "max", 3.4e38))
+    return (lo, hi) if lo == 0.0 and hi > 0 else None

@@ -1,13 +1,17 @@
 """`calib sensitivity`: rank layers by how much INT8 hurts them, then find the fewest to keep in FP16/FP32."""
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import json
 import logging
 from pathlib import Path
 
 import onnx
 
 from calib.algorithms import registry
-from calib.calibrate import collect, compute_all
+import calib
+from calib.calibrate import collect, compute_all, fingerprint_update
 from calib.data.sources import make_source
 from calib.errors import CalibError
 from calib.evaluate.report import _png
@@ -92,10 +96,43 @@ def _engine_md(e: dict, spec, target: float) -> str:
 
 def run_sensitivity(recipe: Recipe, out: str | Path | None = None, verbose: bool = False) -> Path:
     out = Path(out) if out else Path(recipe.output) / "sensitivity"
-    return staged(out, lambda stage: _sensitivity(recipe, stage), verbose)
+    return staged(out, lambda stage: _sensitivity(recipe, stage, out), verbose)
 
 
-def _sensitivity(recipe: Recipe, stage: Path) -> None:
+SEARCH_CACHE = "search-cache.json"
+
+
+def _search_key(recipe: Recipe, amaxes: dict, batches: list) -> str:
+    """What the CPU ranking and search depend on: the scales (so the model and calibration data), the evaluation
+    samples, the budget and search settings, calib's version."""
+    spec = recipe.sensitivity
+    h = hashlib.sha256()
+    settings = {k: v for k, v in dataclasses.asdict(spec).items() if k not in ("pin_int8", "min_speedup")}
+    h.update(json.dumps({"calib": calib.__version__, "spec": settings,
+                         "detection": dataclasses.asdict(recipe.evaluation.detection),
+                         "amax": {a: sorted(v.items()) for a, v in sorted(amaxes.items())}},
+                        sort_keys=True, default=str).encode())
+    for feed, boxes in batches:
+        for k in sorted(feed):
+            fingerprint_update(h, k, feed[k])
+        h.update(json.dumps(boxes, default=lambda o: o.tolist() if hasattr(o, "tolist") else str(o)).encode())
+    return h.hexdigest()
+
+
+def _cached_search(out: Path, key: str) -> dict | None:
+    p = out / SEARCH_CACHE
+    try:
+        got = json.loads(p.read_text())
+    except (OSError, ValueError):
+        return None
+    if got.get("key") != key:
+        log.info("%s: made with other scales, data or settings; searching again", p)
+        return None
+    log.info("reusing the ranking and search of %s (same scales, data and settings)", p)
+    return got
+
+
+def _sensitivity(recipe: Recipe, stage: Path, out: Path) -> None:
     spec = recipe.sensitivity
     if spec.algorithm not in registry.names():  # before the pass, not after it
         raise CalibError(f"{recipe.source}: sensitivity.algorithm: unknown algorithm '{spec.algorithm}' "
@@ -128,12 +165,23 @@ def _sensitivity(recipe: Recipe, stage: Path) -> None:
     model = onnx.load(str(model_path))
     scorer = Scorer(model, amax, batches, spec.metric, recipe.evaluation.detection)
     layers = quantizable_layers(model)
-    ranking = rank(scorer, layers, spec.both)
     target = budget_target(spec.metric, scorer.fp32_score, spec.max_drop, spec.min_sqnr_db)
-    found = search(scorer, ranking, target)
-    per_tensor, overrides = None, None
-    if spec.per_tensor:
-        found, per_tensor = _per_tensor(scorer, model, ranking, target, found, amaxes, spec)
+    key = _search_key(recipe, amaxes, batches)
+    cached = _cached_search(out, key)
+    if cached is not None:
+        ranking, found, per_tensor = cached["ranking"], cached["found"], cached["per_tensor"]
+    else:
+        ranking = rank(scorer, layers, spec.both)
+        found = search(scorer, ranking, target)
+        per_tensor = None
+        if spec.per_tensor:
+            found, per_tensor = _per_tensor(scorer, model, ranking, target, found, amaxes, spec)
+        # into the output folder at once: an engine search that fails or runs out of time keeps the CPU part
+        out.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(out / SEARCH_CACHE, {"key": key, "ranking": ranking, "found": found,
+                                               "per_tensor": per_tensor})
+    overrides = None
+    if per_tensor is not None:
         overrides = {t: v for t, (_, v) in per_tensor["choices"].items()} or None
         amax = {**amax, **(overrides or {})}
         write_cache(stage / "per_tensor.cache", amax, recipe.calibration.trt_version, recipe.calibration.carrier)

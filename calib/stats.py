@@ -4,6 +4,11 @@ Each tensor keeps its exact min/max/absmax and a histogram of |x| with a fixed n
 a power of two. When a larger value arrives the width doubles and neighbouring bins are summed, which is exact:
 the final histogram is the same whatever the batch size or order, and two collectors merge exactly.
 Memory per tensor is `nbins` int64 counts, independent of the number of samples.
+
+A tensor read by a Relu or Clip(0, hi) can also keep the counts of its negative values; the activation's
+histogram then follows from it (`derive_relu`) without a pass over the activation's own values: negative values
+go to the bin of 0 and values past hi to the bin of hi, so the derived counts are those a direct pass would give
+at the input's bin width (which is the same or coarser than the output's own).
 """
 from __future__ import annotations
 
@@ -34,6 +39,7 @@ class Histogram:
     max: float = -math.inf
     count: int = 0
     nonfinite: int = 0
+    neg: np.ndarray | None = None  # counts of the negative values alone (same bins), when kept
 
     @property
     def nbins(self) -> int:
@@ -56,27 +62,50 @@ class Histogram:
     def coarsen_to(self, width: float) -> None:
         """Double the bin width until it equals `width` (a power-of-two multiple of the current one)."""
         while self.width < width:
-            c = self.counts
-            self.counts = c.reshape(-1, 2).sum(axis=1)
-            self.counts = np.concatenate([self.counts, np.zeros(c.size // 2, np.int64)])
+            self.counts = _halve(self.counts)
+            if self.neg is not None:
+                self.neg = _halve(self.neg)
             self.width *= 2.0
+
+    def derive_relu(self, hi: float) -> "Histogram":
+        """The histogram of min(max(x, 0), hi) for the x this histogram counted (needs `neg`)."""
+        if self.neg is None:
+            raise ValueError("derive_relu needs the counts of the negative values")
+        y = self.counts - self.neg
+        y[0] += int(self.neg.sum())
+        if hi < self.nbins * self.width:
+            k = int(hi / self.width)
+            y[k] += int(y[k + 1:].sum())
+            y[k + 1:] = 0
+        mn, mx = min(max(self.min, 0.0), hi), min(max(self.max, 0.0), hi)
+        absmax = mx if self.min <= self.max else 0.0
+        return Histogram(y, self.width, absmax, mn, mx, self.count, self.nonfinite)
 
     def merge(self, other: "Histogram") -> "Histogram":
         if other.nbins != self.nbins:
             raise ValueError("cannot merge histograms with different bin counts")
-        a = Histogram(self.counts.copy(), self.width, self.absmax, self.min, self.max, self.count, self.nonfinite)
+        keep = self.neg is not None and other.neg is not None
+        a = Histogram(self.counts.copy(), self.width, self.absmax, self.min, self.max, self.count, self.nonfinite,
+                      self.neg.copy() if keep else None)
         b = Histogram(other.counts.copy(), other.width, other.absmax, other.min, other.max, other.count,
-                      other.nonfinite)
+                      other.nonfinite, other.neg.copy() if keep else None)
         w = max(a.width, b.width)
         a.coarsen_to(w)
         b.coarsen_to(w)
         a.counts += b.counts
+        if keep:
+            a.neg += b.neg
         a.absmax = max(a.absmax, b.absmax)
         a.min = min(a.min, b.min)
         a.max = max(a.max, b.max)
         a.count += b.count
         a.nonfinite += b.nonfinite
         return a
+
+
+def _halve(c: np.ndarray) -> np.ndarray:
+    """Pairs of neighbouring bins summed into the lower half; the upper half is empty."""
+    return np.concatenate([c.reshape(-1, 2).sum(axis=1), np.zeros(c.size // 2, np.int64)])
 
 
 def _threads() -> int:
@@ -87,13 +116,17 @@ def _threads() -> int:
 
 @dataclass
 class HistogramCollector:
-    """Collects per-tensor statistics: update(name, array), merge(other), histogram(name)."""
+    """Collects per-tensor statistics: update(name, array), merge(other), histogram(name).
+
+    Tensors named in `signed` also keep the counts of their negative values (for `derive_relu`)."""
 
     nbins: int = DEFAULT_BINS
     hists: dict = field(default_factory=dict)
+    signed: frozenset = frozenset()
 
     def update(self, name: str, array: np.ndarray) -> None:
-        from calib.kernels import abs_histogram_fast, abs_histogram_finite, abs_histogram_fused, range_stats
+        from calib.kernels import (abs_histogram_fast, abs_histogram_finite, abs_histogram_fused, range_stats,
+                                   signed_histogram)
 
         flat = np.ascontiguousarray(array).reshape(-1)
         if flat.dtype != np.float32 and flat.dtype != np.float64:
@@ -101,23 +134,34 @@ class HistogramCollector:
         if flat.size == 0:
             return
         chunks = _threads() if flat.size > (1 << 16) else 1
+        signed = name in self.signed
         h = self.hists.get(name)
         fast = None
         if h is not None:  # one pass when the values fit the current bins (the common case)
-            counts, mn, mx, finite = abs_histogram_fused(flat, 1.0 / h.width, self.nbins, chunks)
+            if signed:
+                counts, mn, mx, finite = signed_histogram(flat, 1.0 / h.width, self.nbins, chunks, False)
+            else:
+                counts, mn, mx, finite = abs_histogram_fused(flat, 1.0 / h.width, self.nbins, chunks)
             amax = max(abs(mn), abs(mx))
             if finite and amax < self.nbins * h.width:
                 fast, bad = counts, 0
         if fast is None:
             mn, mx, amax, bad = range_stats(flat, chunks)
             if h is None:
-                h = Histogram(np.zeros(self.nbins, np.int64), 2.0 ** _exponent_for(amax, self.nbins))
+                h = Histogram(np.zeros(self.nbins, np.int64), 2.0 ** _exponent_for(amax, self.nbins),
+                              neg=np.zeros(self.nbins, np.int64) if signed else None)
                 self.hists[name] = h
             h.coarsen_to(2.0 ** _exponent_for(max(float(amax), h.absmax), self.nbins))
-            if bad == 0:
+            if signed:
+                fast = signed_histogram(flat, 1.0 / h.width, self.nbins, chunks, True)[0]
+            elif bad == 0:
                 fast = abs_histogram_fast(flat, 1.0 / h.width, self.nbins, chunks)
             else:
                 fast = abs_histogram_finite(flat, 1.0 / h.width, self.nbins, chunks)
+        if signed:
+            neg = fast[self.nbins:]
+            fast = fast[:self.nbins] + neg
+            h.neg += neg
         h.counts += fast
         if mn <= mx:
             h.absmax = max(h.absmax, float(amax))
@@ -126,12 +170,21 @@ class HistogramCollector:
         h.count += int(flat.size) - int(bad)
         h.nonfinite += int(bad)
 
+    def derive(self, name: str, source: str, hi: float) -> None:
+        """Set `name`'s histogram to that of min(max(source, 0), hi) (source must be in `signed`)."""
+        self.hists[name] = self.hists[source].derive_relu(hi)
+
     def merge(self, other: "HistogramCollector") -> "HistogramCollector":
-        out = HistogramCollector(self.nbins)
+        out = HistogramCollector(self.nbins, signed=self.signed | other.signed)
         for name in set(self.hists) | set(other.hists):
             a, b = self.hists.get(name), other.hists.get(name)
-            out.hists[name] = a.merge(b) if a is not None and b is not None else (a or b).merge(
-                Histogram(np.zeros(self.nbins, np.int64), (a or b).width))
+            if a is not None and b is not None:
+                out.hists[name] = a.merge(b)
+            else:
+                h = a or b
+                empty = Histogram(np.zeros(self.nbins, np.int64), h.width,
+                                  neg=None if h.neg is None else np.zeros(self.nbins, np.int64))
+                out.hists[name] = h.merge(empty)
         return out
 
     def names(self) -> list[str]:

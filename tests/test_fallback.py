@@ -162,3 +162,38 @@ def test_engine_scorer_drops_a_pin_that_matches_no_layer(tmp_path):
                      ("op:Conv=int8", "op:Softmax=int8"), trt=trt, cuda=mem)
     assert e.score(("convB",)) == pytest.approx(scorer.score(("convB",)), abs=1e-3)
     assert e.pin == ("op:Conv=int8",)
+
+
+def test_sensitivity_reuses_its_search_only_for_the_same_scales_data_and_settings(tmp_path, monkeypatch):
+    import json
+
+    import calib.sensitivity as sens
+    from calib.cli import main
+
+    sensitive_model(tmp_path / "s.onnx")
+    np.save(tmp_path / "x.npy", np.random.default_rng(0).uniform(0.1, 1, (8, 2, 4, 4)).astype(np.float32))
+    recipe = """
+name: s
+model: s.onnx
+calibration_data: {kind: npy, path: x.npy}
+sensitivity: {metric: output_sqnr, min_sqnr_db: %s, samples: 8}
+output: out
+"""
+    (tmp_path / "r.yaml").write_text(recipe % 30)
+    calls = []
+    real_rank = sens.rank
+    monkeypatch.setattr(sens, "rank", lambda *a, **k: calls.append(1) or real_rank(*a, **k))
+    run = lambda: CliRunner().invoke(main, ["--quiet", "sensitivity", str(tmp_path / "r.yaml")])  # noqa: E731
+    out = tmp_path / "out" / "sensitivity"
+    assert run().exit_code == 0 and len(calls) == 1
+    first = json.loads((out / "sensitivity.json").read_text())
+    r = run()
+    assert r.exit_code == 0, r.output
+    assert len(calls) == 1  # the ranking and search came from search-cache.json
+    again = json.loads((out / "sensitivity.json").read_text())
+    assert again["float_layers"] == first["float_layers"] == ["convB"] and again["ranking"] == first["ranking"]
+    (tmp_path / "r.yaml").write_text(recipe % 31)  # another budget: search again
+    assert run().exit_code == 0 and len(calls) == 2
+    (out / "search-cache.json").write_text("{not json")  # a damaged cache is ignored, not trusted
+    assert run().exit_code == 0 and len(calls) == 3
+    assert json.loads((out / "search-cache.json").read_text())["ranking"] == again["ranking"]

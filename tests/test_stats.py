@@ -63,3 +63,73 @@ def test_memory_is_bounded():
     for s in range(20):
         c.update("t", np.random.default_rng(s).normal(0, s + 1, 50_000).astype(np.float32))
     assert c.histogram("t").counts.size == 1024
+
+
+def _direct_at(x: np.ndarray, width: float, nbins: int):
+    """A histogram of x collected directly, brought to `width` (a power-of-two multiple of its own)."""
+    c = HistogramCollector(nbins=nbins)
+    c.update("y", x)
+    h = c.histogram("y")
+    h.coarsen_to(width)
+    return h
+
+
+def test_signed_histogram_counts_negatives_and_keeps_abs_counts():
+    rng = np.random.default_rng(4)
+    parts = [rng.normal(0, s, 20_000).astype(np.float32) for s in (0.3, 4.0, 1.0)]
+    plain, signed = HistogramCollector(nbins=256), HistogramCollector(nbins=256, signed=frozenset({"t"}))
+    for p in parts:
+        plain.update("t", p)
+        signed.update("t", p)
+    a, b = plain.histogram("t"), signed.histogram("t")
+    assert np.array_equal(a.counts, b.counts) and a.width == b.width and a.absmax == b.absmax
+    neg = _direct_at(np.abs(np.concatenate(parts)[np.concatenate(parts) < 0]), b.width, 256)
+    assert np.array_equal(b.neg, neg.counts)
+
+
+def test_relu_and_clip_outputs_derived_from_their_input_equal_a_direct_pass():
+    rng = np.random.default_rng(5)
+    x = np.concatenate([rng.normal(0.5, 2.0, 30_000), [6.0, -0.0, 7.9, -3.0]]).astype(np.float32)
+    for hi in (np.inf, 6.0, float(np.float32(1.3))):  # a Clip's bound is a float32 constant
+        c = HistogramCollector(nbins=16, signed=frozenset({"x"}))
+        for part in np.array_split(x, 7):
+            c.update("x", part)
+        c.derive("y", "x", hi)
+        got = c.histogram("y")
+        y = np.clip(x, 0.0, hi)
+        want = _direct_at(y, got.width, 16)
+        assert got.width == c.histogram("x").width
+        assert np.array_equal(got.counts, want.counts), hi
+        assert (got.absmax, got.min, got.max, got.count) == (float(y.max()), 0.0, float(y.max()), x.size)
+
+
+def test_derived_histogram_with_nonfinite_input_and_merge():
+    x = np.array([1.0, -2.0, np.nan, 3.5, -np.inf], np.float32)
+    a, b = HistogramCollector(nbins=16, signed=frozenset({"x"})), HistogramCollector(nbins=16, signed=frozenset({"x"}))
+    a.update("x", x[:3])
+    b.update("x", x[3:] * 4)  # grows the range: merging must coarsen the negative counts too
+    m = a.merge(b)
+    m.derive("y", "x", np.inf)
+    h = m.histogram("x")
+    assert h.count == 3 and h.nonfinite == 2 and h.neg.sum() == 1
+    y = m.histogram("y")
+    assert y.counts.sum() == 3 and y.absmax == 14.0 and y.counts[0] == 1  # -2 -> 0
+
+
+def test_pass_derives_relu_output_instead_of_reading_it(tiny_model, tiny_data):
+    from calib.calibrate import collect, relu_outputs
+    from calib.data.arrays import ArraySource, load_array
+    from calib.model import inspect_model
+
+    info = inspect_model(tiny_model)
+    assert relu_outputs(tiny_model, info) == {"relu1": ("conv1", float("inf"))}
+    src = ArraySource(load_array(tiny_data), "input", batch_size=6)
+    _, fast, n1, fp1 = collect(tiny_model, src, derive=True)
+    _, slow, n2, fp2 = collect(tiny_model, src, derive=False)
+    assert (n1, fp1) == (n2, fp2) and set(fast.names()) == set(slow.names()) == set(info.activations)
+    got, want = fast.histogram("relu1"), slow.histogram("relu1")
+    want.coarsen_to(got.width)
+    assert np.array_equal(got.counts, want.counts) and got.absmax == want.absmax and got.count == want.count
+    for name in info.activations:
+        if name != "relu1":
+            assert np.array_equal(fast.histogram(name).counts, slow.histogram(name).counts), name

@@ -19,13 +19,17 @@ class OrtRunner:
     """Runs an ONNX model with ONNX Runtime; `expose` lists intermediate tensors to return."""
 
     def __init__(self, model: str | Path | onnx.ModelProto, expose: Sequence[str] = (), threads: int = 0,
-                 optimize: bool = True):
+                 optimize: bool = True, spin: bool = True, arena: bool = True):
         proto = load_model(model) if not isinstance(model, onnx.ModelProto) else model
         self.label = str(model) if not isinstance(model, onnx.ModelProto) else proto.graph.name
         self._graph_outputs = [o.name for o in proto.graph.output]
         proto = with_outputs(proto, list(expose)) if expose else proto
         so = ort.SessionOptions()
         so.log_severity_level = 3
+        if not arena:  # a pass whose outputs change size keeps less memory without ONNX Runtime's arena
+            so.enable_cpu_mem_arena = False
+        if not spin:  # idle ONNX Runtime threads would take the cores from work done between runs
+            so.add_session_config_entry("session.intra_op.allow_spinning", "0")
         if threads:
             so.intra_op_num_threads = threads
         if not optimize:
