@@ -77,7 +77,9 @@ def job(name: str, samples: int, batch: int) -> dict:
         abs_histogram_fast(np.abs(x[0].ravel()), 1.0, 16, 1)
         from calib.kernels import abs_histogram_fused, kl_divergences, mse_errors
 
-        abs_histogram_fused(x[0].ravel(), 1.0, 16, 1)
+        abs_histogram_fused(x[0].ravel(), 1.0, 16, 1, False, False)
+        abs_histogram_fused(x[0].ravel(), 1.0, 16, 1, True, False)
+        abs_histogram_fused(x[0].ravel(), 1.0, 16, 1, True, True)
         kl_divergences(np.ones(256), 128, 128, 1)
         mse_errors(np.ones(4), np.ones(4), np.ones(2))
         t0 = time.perf_counter()

@@ -32,7 +32,9 @@ case $step in
     timeout 540 $py benchmarks/trt_table.py --photos "$photos" --out "$out/mbv2eq" --opt-level 3 --equalize \
       --only "$only" "${args[@]}" > "$out/table-eq.log" 2>&1; tail -20 "$out/table-eq.log"
     ;;
-  sens-engine)  # calib sensitivity with backend tensorrt: the CPU search, then its bisection on engines
+  sens-engine)  # calib sensitivity with backend tensorrt: the CPU search, then its bisection on engines. The CPU
+    # part reuses runs/mbv2-sens/search-cache.json when it is there for the same inputs: make it on a CPU machine
+    # with the same command and backend.kind=onnxruntime, and carry it, so that the GPU time goes to the engines
     timeout -s ABRT 540 $py -X faulthandler -m calib sensitivity benchmarks/mbv2_golden.yaml \
       --set calibration_data.path="$photos" --set evaluation_data.path="$photos" --set backend.kind=tensorrt \
       --set backend.timing_cache=/tmp/calib-mbv2.timing --set sensitivity.min_speedup=1.2 ${SENS_SET:-} \

@@ -88,58 +88,16 @@ def abs_histogram_fast(flat, inv_width, nbins, nchunks):
 
 
 @njit(parallel=True, cache=True, nogil=True)
-def abs_histogram_fused(flat, inv_width, nbins, nchunks):
-    """One branch-light pass: counts of floor(|x| * inv_width) and (min, max, all-finite flag).
+def abs_histogram_fused(flat, inv_width, nbins, nchunks, signed, careful):
+    """One pass: counts of floor(|x| * inv_width) and (min, max, all-finite flag) of the values seen.
 
-    Values past the last bin (and NaN) land in the last bin; the caller checks absmax and the finite flag and
-    counts again with the careful kernel when either says so."""
+    signed: 2 * nbins counts, [0, nbins) for x >= 0 and [nbins, 2 nbins) for x < 0 (the negative values' own).
+    careful=False: branch-light; values past the last bin (and NaN) land in the last bin, and the caller checks
+    absmax and the flag. careful=True: non-finite values are skipped (the caller has widened the bins)."""
     n = flat.size
     step = (n + nchunks - 1) // nchunks
-    local = np.zeros((nchunks, 4, nbins), np.int64)
-    mins = np.full(nchunks, np.inf)
-    maxs = np.full(nchunks, -np.inf)
-    poison = np.zeros(nchunks)
-    top = np.float64(nbins)
-    last = np.float64(nbins - 1)
-    for c in prange(nchunks):
-        lo = c * step
-        hi = min(n, lo + step)
-        h = local[c]
-        mn = np.inf
-        mx = -np.inf
-        z = 0.0
-        for i in range(lo, hi):
-            x = flat[i]
-            v = abs(x) * inv_width
-            v = v if v < top else last
-            h[i & 3, int(v)] += 1
-            z += x * 0.0
-            if x < mn:
-                mn = x
-            if x > mx:
-                mx = x
-        mins[c] = mn
-        maxs[c] = mx
-        poison[c] = z
-    out = np.zeros(nbins, np.int64)
-    for c in range(nchunks):
-        for k in range(4):
-            out += local[c, k]
-    mn = mins.min()
-    mx = maxs.max()
-    return out, mn, mx, poison.sum() == 0.0
-
-
-@njit(parallel=True, cache=True, nogil=True)
-def signed_histogram(flat, inv_width, nbins, nchunks, careful):
-    """Counts of floor(|x| * inv_width) in 2 * nbins bins: [0, nbins) for x >= 0, [nbins, 2 nbins) for x < 0;
-    and (min, max, all-finite flag) of the values seen.
-
-    careful=False: one branch-light pass; values past the last bin (and NaN) land in the last bin, and the caller
-    checks absmax and the flag. careful=True: non-finite values are skipped (the caller has widened the bins)."""
-    n = flat.size
-    step = (n + nchunks - 1) // nchunks
-    local = np.zeros((nchunks, 4, 2 * nbins), np.int64)
+    width = 2 * nbins if signed else nbins
+    local = np.zeros((nchunks, 4, width), np.int64)
     mins = np.full(nchunks, np.inf)
     maxs = np.full(nchunks, -np.inf)
     poison = np.zeros(nchunks)
@@ -158,7 +116,7 @@ def signed_histogram(flat, inv_width, nbins, nchunks, careful):
                 continue
             v = abs(x) * inv_width
             v = v if v < top else last
-            h[i & 3, int(v) + (nbins if x < 0 else 0)] += 1
+            h[i & 3, int(v) + (nbins if signed and x < 0 else 0)] += 1
             z += x * 0.0
             if x < mn:
                 mn = x
@@ -167,7 +125,7 @@ def signed_histogram(flat, inv_width, nbins, nchunks, careful):
         mins[c] = mn
         maxs[c] = mx
         poison[c] = z
-    out = np.zeros(2 * nbins, np.int64)
+    out = np.zeros(width, np.int64)
     for c in range(nchunks):
         for k in range(4):
             out += local[c, k]

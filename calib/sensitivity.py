@@ -102,15 +102,18 @@ def run_sensitivity(recipe: Recipe, out: str | Path | None = None, verbose: bool
 SEARCH_CACHE = "search-cache.json"
 
 
-def _search_key(recipe: Recipe, amaxes: dict, batches: list) -> str:
-    """What the CPU ranking and search depend on: the scales (so the model and calibration data), the evaluation
-    samples, the budget and search settings, calib's version."""
+def _search_key(recipe: Recipe, model_sha256: str, calib_fingerprint: str, batches: list) -> str:
+    """What the CPU ranking and search depend on: the model, the calibration data and settings (so the scales,
+    up to the last bits that another CPU may round differently), the evaluation samples, the budget and search
+    settings, calib's version. The same on any machine, so a search made on one can serve an engine search on
+    another."""
     spec = recipe.sensitivity
     h = hashlib.sha256()
     settings = {k: v for k, v in dataclasses.asdict(spec).items() if k not in ("pin_int8", "min_speedup")}
     h.update(json.dumps({"calib": calib.__version__, "spec": settings,
                          "detection": dataclasses.asdict(recipe.evaluation.detection),
-                         "amax": {a: sorted(v.items()) for a, v in sorted(amaxes.items())}},
+                         "calibration": dataclasses.asdict(recipe.calibration), "preprocess": dataclasses.asdict(recipe.preprocess),
+                         "model": model_sha256, "calibration_data": calib_fingerprint},
                         sort_keys=True, default=str).encode())
     for feed, boxes in batches:
         for k in sorted(feed):
@@ -146,7 +149,7 @@ def _sensitivity(recipe: Recipe, stage: Path, out: Path) -> None:
         from calib.pipeline import equalize_model
 
         model_path, info, equalized = equalize_model(model_path, csrc, stage)
-    info, stats, samples, _ = collect(model_path, csrc, label=recipe.calibration_data.path, info=info)
+    info, stats, samples, calib_fp = collect(model_path, csrc, label=recipe.calibration_data.path, info=info)
     for a in spec.per_tensor:
         if a not in registry.names():
             raise CalibError(f"{recipe.source}: sensitivity.per_tensor: unknown algorithm '{a}'")
@@ -166,7 +169,7 @@ def _sensitivity(recipe: Recipe, stage: Path, out: Path) -> None:
     scorer = Scorer(model, amax, batches, spec.metric, recipe.evaluation.detection)
     layers = quantizable_layers(model)
     target = budget_target(spec.metric, scorer.fp32_score, spec.max_drop, spec.min_sqnr_db)
-    key = _search_key(recipe, amaxes, batches)
+    key = _search_key(recipe, info.sha256, calib_fp, batches)
     cached = _cached_search(out, key)
     if cached is not None:
         ranking, found, per_tensor = cached["ranking"], cached["found"], cached["per_tensor"]

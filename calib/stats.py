@@ -125,8 +125,7 @@ class HistogramCollector:
     signed: frozenset = frozenset()
 
     def update(self, name: str, array: np.ndarray) -> None:
-        from calib.kernels import (abs_histogram_fast, abs_histogram_finite, abs_histogram_fused, range_stats,
-                                   signed_histogram)
+        from calib.kernels import abs_histogram_fast, abs_histogram_finite, abs_histogram_fused, range_stats
 
         flat = np.ascontiguousarray(array).reshape(-1)
         if flat.dtype != np.float32 and flat.dtype != np.float64:
@@ -138,10 +137,7 @@ class HistogramCollector:
         h = self.hists.get(name)
         fast = None
         if h is not None:  # one pass when the values fit the current bins (the common case)
-            if signed:
-                counts, mn, mx, finite = signed_histogram(flat, 1.0 / h.width, self.nbins, chunks, False)
-            else:
-                counts, mn, mx, finite = abs_histogram_fused(flat, 1.0 / h.width, self.nbins, chunks)
+            counts, mn, mx, finite = abs_histogram_fused(flat, 1.0 / h.width, self.nbins, chunks, signed, False)
             amax = max(abs(mn), abs(mx))
             if finite and amax < self.nbins * h.width:
                 fast, bad = counts, 0
@@ -153,7 +149,7 @@ class HistogramCollector:
                 self.hists[name] = h
             h.coarsen_to(2.0 ** _exponent_for(max(float(amax), h.absmax), self.nbins))
             if signed:
-                fast = signed_histogram(flat, 1.0 / h.width, self.nbins, chunks, True)[0]
+                fast = abs_histogram_fused(flat, 1.0 / h.width, self.nbins, chunks, True, True)[0]
             elif bad == 0:
                 fast = abs_histogram_fast(flat, 1.0 / h.width, self.nbins, chunks)
             else:

@@ -143,9 +143,13 @@ sensitivity: {metric: output_sqnr, min_sqnr_db: 30, samples: 8, pin_int8: true}
 backend: {kind: tensorrt, batch_size: 8}
 output: out
 """)
-    r = calib_cli("sensitivity", tmp_path / "r.yaml", simulate=True)
+    r = calib_cli("sensitivity", tmp_path / "r.yaml", "--set", "backend.kind=onnxruntime")
     assert r.returncode == 0, r.stderr
     out = tmp_path / "out" / "sensitivity"
+    assert "engine" not in json.loads((out / "sensitivity.json").read_text())
+    r = calib_cli("sensitivity", tmp_path / "r.yaml", simulate=True)  # the CPU part comes from the first run
+    assert r.returncode == 0, r.stderr
+    assert "reusing the ranking and search of" in (out / "run.log").read_text()
     res = json.loads((out / "sensitivity.json").read_text())
     e = res["engine"]
     assert e["float_layers"] == ["convB"] == res["float_layers"] and e["met"] and e["pin_int8"]
