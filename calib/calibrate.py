@@ -102,7 +102,7 @@ def collect(model_path: str | Path, source, micro_batch: int = 8, nbins: int = D
     info = info or inspect_model(model_path)
     derived = relu_outputs(model_path, info) if derive else {}
     runner = OrtRunner(model_path, expose=[n for n in info.activations if n not in derived],
-                       spin=False, arena=False)
+                       spin=False, lean=True)
     exposed = set(runner.tensor_names())
     wanted = [n for n in info.activations if n in exposed and n not in derived]
     inputs = [n for n, _, _ in info.inputs]

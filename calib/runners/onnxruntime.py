@@ -15,19 +15,35 @@ from calib.model import load_model, with_outputs
 log = logging.getLogger(__name__)
 
 
+_LEAN_ARENA = []
+
+
+def _register_lean_arena() -> None:
+    """Register, once per process, a CPU arena that extends by the requested size (kSameAsRequested)."""
+    if _LEAN_ARENA:
+        return
+    info = ort.OrtMemoryInfo("Cpu", ort.OrtAllocatorType.ORT_ARENA_ALLOCATOR, 0, ort.OrtMemType.DEFAULT)
+    try:
+        ort.create_and_register_allocator(info, ort.OrtArenaCfg(0, 1, -1, -1))
+    except Exception as exc:  # registered by someone else in this process: theirs serves
+        log.debug("lean arena not registered: %s", exc)
+    _LEAN_ARENA.append(True)
+
+
 class OrtRunner:
     """Runs an ONNX model with ONNX Runtime; `expose` lists intermediate tensors to return."""
 
     def __init__(self, model: str | Path | onnx.ModelProto, expose: Sequence[str] = (), threads: int = 0,
-                 optimize: bool = True, spin: bool = True, arena: bool = True):
+                 optimize: bool = True, spin: bool = True, lean: bool = False):
         proto = load_model(model) if not isinstance(model, onnx.ModelProto) else model
         self.label = str(model) if not isinstance(model, onnx.ModelProto) else proto.graph.name
         self._graph_outputs = [o.name for o in proto.graph.output]
         proto = with_outputs(proto, list(expose)) if expose else proto
         so = ort.SessionOptions()
         so.log_severity_level = 3
-        if not arena:  # a pass whose outputs change size keeps less memory without ONNX Runtime's arena
-            so.enable_cpu_mem_arena = False
+        if lean:  # one arena that grows by what is asked, not by powers of two: steady, lower peak memory
+            _register_lean_arena()
+            so.add_session_config_entry("session.use_env_allocators", "1")
         if not spin:  # idle ONNX Runtime threads would take the cores from work done between runs
             so.add_session_config_entry("session.intra_op.allow_spinning", "0")
         if threads:
