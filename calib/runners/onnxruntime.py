@@ -22,10 +22,10 @@ def _register_lean_arena() -> None:
     """Register, once per process, a CPU arena that extends by the requested size (kSameAsRequested)."""
     if _LEAN_ARENA:
         return
-    info = ort.OrtMemoryInfo("Cpu", ort.OrtAllocatorType.ORT_ARENA_ALLOCATOR, 0, ort.OrtMemType.DEFAULT)
     try:
+        info = ort.OrtMemoryInfo("Cpu", ort.OrtAllocatorType.ORT_ARENA_ALLOCATOR, 0, ort.OrtMemType.DEFAULT)
         ort.create_and_register_allocator(info, ort.OrtArenaCfg(0, 1, -1, -1))
-    except Exception as exc:  # registered by someone else in this process: theirs serves
+    except Exception as exc:  # registered already in this process, or an ONNX Runtime without it: the default serves
         log.debug("lean arena not registered: %s", exc)
     _LEAN_ARENA.append(True)
 
