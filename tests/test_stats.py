@@ -133,3 +133,16 @@ def test_pass_derives_relu_output_instead_of_reading_it(tiny_model, tiny_data):
     for name in info.activations:
         if name != "relu1":
             assert np.array_equal(fast.histogram(name).counts, slow.histogram(name).counts), name
+
+
+def test_capture_session_settings_change_no_value(tiny_model, tiny_data):
+    from calib.data.arrays import load_array
+    from calib.model import inspect_model
+    from calib.runners.onnxruntime import OrtRunner
+
+    acts = list(inspect_model(tiny_model).activations)
+    x = {"input": load_array(tiny_data)[:6]}
+    want = OrtRunner(tiny_model, expose=acts).run(x)
+    for _ in range(2):  # the lean arena is registered once per process; a second session shares it
+        got = OrtRunner(tiny_model, expose=acts, spin=False, lean=True).run(x)
+        assert set(got) == set(want) and all(np.array_equal(got[k], want[k]) for k in want)
