@@ -35,59 +35,6 @@ def range_stats(flat, nchunks):
 
 
 @njit(parallel=True, cache=True, nogil=True)
-def abs_histogram_finite(flat, inv_width, nbins, nchunks):
-    """Counts of floor(|x| * inv_width) over the finite values only (NaN and inf are skipped); the caller has
-    already widened the bins to cover every finite value. The careful path for data with non-finite values."""
-    n = flat.size
-    step = (n + nchunks - 1) // nchunks
-    local = np.zeros((nchunks, nbins), np.int64)
-    for c in prange(nchunks):
-        lo = c * step
-        hi = min(n, lo + step)
-        for i in range(lo, hi):
-            x = flat[i]
-            if x - x == 0.0:
-                local[c, int(abs(x) * inv_width)] += 1
-    out = np.zeros(nbins, np.int64)
-    for c in range(nchunks):
-        out += local[c]
-    return out
-
-
-@njit(parallel=True, cache=True, nogil=True)
-def abs_histogram_fast(flat, inv_width, nbins, nchunks):
-    """Counts of floor(|x| * inv_width) for data known to be finite with |x| * inv_width < nbins.
-
-    Branch-free inner loop over four interleaved sub-histograms (repeated bins, such as the zeros of a
-    Relu output, would otherwise serialise the increments)."""
-    n = flat.size
-    step = (n + nchunks - 1) // nchunks
-    local = np.zeros((nchunks, 4, nbins), np.int64)
-    for c in prange(nchunks):
-        lo = c * step
-        hi = min(n, lo + step)
-        h0 = local[c, 0]
-        h1 = local[c, 1]
-        h2 = local[c, 2]
-        h3 = local[c, 3]
-        i = lo
-        while i + 4 <= hi:
-            h0[int(abs(flat[i]) * inv_width)] += 1
-            h1[int(abs(flat[i + 1]) * inv_width)] += 1
-            h2[int(abs(flat[i + 2]) * inv_width)] += 1
-            h3[int(abs(flat[i + 3]) * inv_width)] += 1
-            i += 4
-        while i < hi:
-            h0[int(abs(flat[i]) * inv_width)] += 1
-            i += 1
-    out = np.zeros(nbins, np.int64)
-    for c in range(nchunks):
-        for k in range(4):
-            out += local[c, k]
-    return out
-
-
-@njit(parallel=True, cache=True, nogil=True)
 def abs_histogram_fused(flat, inv_width, nbins, nchunks, signed, careful):
     """One pass: counts of floor(|x| * inv_width) and (min, max, all-finite flag) of the values seen.
 

@@ -112,7 +112,8 @@ def _search_key(recipe: Recipe, model_sha256: str, calib_fingerprint: str, batch
     settings = {k: v for k, v in dataclasses.asdict(spec).items() if k not in ("pin_int8", "min_speedup")}
     h.update(json.dumps({"calib": calib.__version__, "spec": settings,
                          "detection": dataclasses.asdict(recipe.evaluation.detection),
-                         "calibration": dataclasses.asdict(recipe.calibration), "preprocess": dataclasses.asdict(recipe.preprocess),
+                         "calibration": dataclasses.asdict(recipe.calibration),
+                         "preprocess": dataclasses.asdict(recipe.preprocess),
                          "model": model_sha256, "calibration_data": calib_fingerprint},
                         sort_keys=True, default=str).encode())
     for feed, boxes in batches:
@@ -129,9 +130,9 @@ def _cached_search(out: Path, key: str) -> dict | None:
     except (OSError, ValueError):
         return None
     if got.get("key") != key:
-        log.info("%s: made with other scales, data or settings; searching again", p)
+        log.info("%s: made for another model, data or settings; searching again", p)
         return None
-    log.info("reusing the ranking and search of %s (same scales, data and settings)", p)
+    log.info("reusing the ranking and search of %s (same model, data and settings)", p)
     return got
 
 

@@ -125,7 +125,7 @@ class HistogramCollector:
     signed: frozenset = frozenset()
 
     def update(self, name: str, array: np.ndarray) -> None:
-        from calib.kernels import abs_histogram_fast, abs_histogram_finite, abs_histogram_fused, range_stats
+        from calib.kernels import abs_histogram_fused, range_stats
 
         flat = np.ascontiguousarray(array).reshape(-1)
         if flat.dtype != np.float32 and flat.dtype != np.float64:
@@ -148,12 +148,7 @@ class HistogramCollector:
                               neg=np.zeros(self.nbins, np.int64) if signed else None)
                 self.hists[name] = h
             h.coarsen_to(2.0 ** _exponent_for(max(float(amax), h.absmax), self.nbins))
-            if signed:
-                fast = abs_histogram_fused(flat, 1.0 / h.width, self.nbins, chunks, True, True)[0]
-            elif bad == 0:
-                fast = abs_histogram_fast(flat, 1.0 / h.width, self.nbins, chunks)
-            else:
-                fast = abs_histogram_finite(flat, 1.0 / h.width, self.nbins, chunks)
+            fast = abs_histogram_fused(flat, 1.0 / h.width, self.nbins, chunks, signed, bad > 0)[0]
         if signed:
             neg = fast[self.nbins:]
             fast = fast[:self.nbins] + neg

@@ -1,6 +1,7 @@
 """ONNX Runtime on the CPU: the embedded default runner for FP32 reference and INT8 simulation."""
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -15,19 +16,14 @@ from calib.model import load_model, with_outputs
 log = logging.getLogger(__name__)
 
 
-_LEAN_ARENA = []
-
-
+@functools.cache
 def _register_lean_arena() -> None:
     """Register, once per process, a CPU arena that extends by the requested size (kSameAsRequested)."""
-    if _LEAN_ARENA:
-        return
     try:
         info = ort.OrtMemoryInfo("Cpu", ort.OrtAllocatorType.ORT_ARENA_ALLOCATOR, 0, ort.OrtMemType.DEFAULT)
         ort.create_and_register_allocator(info, ort.OrtArenaCfg(0, 1, -1, -1))
     except Exception as exc:  # registered already in this process, or an ONNX Runtime without it: the default serves
         log.debug("lean arena not registered: %s", exc)
-    _LEAN_ARENA.append(True)
 
 
 class OrtRunner:
