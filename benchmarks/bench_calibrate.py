@@ -71,10 +71,10 @@ def job(name: str, samples: int, batch: int) -> dict:
     elif name == "calib":
         from calib.calibrate import calibrate
 
-        from calib.kernels import abs_histogram_fused, kl_divergences, mse_errors, range_stats
+        from calib.kernels import abs_histogram, kl_divergences, mse_errors, range_stats
 
         range_stats(x[0].ravel(), 1)  # compile outside the timing
-        abs_histogram_fused(x[0].ravel(), 1.0, 16, 1, True, False)
+        abs_histogram(x[0].ravel(), 1.0, 16, 1, True)
         kl_divergences(np.ones(256), 128, 128, 1)
         mse_errors(np.ones(4), np.ones(4), np.ones(2))
         t0 = time.perf_counter()

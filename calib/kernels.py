@@ -5,80 +5,150 @@ import numpy as np
 from numba import njit, prange
 
 
+# The histogram pass works on float32 values and their int32 bits. Order, absmax and finiteness come from the
+# bits (integer min/max reductions vectorize; float ones with NaN semantics do not), bins are computed into a
+# small buffer block by block and scattered afterwards with unsigned indices (no negative-index fix-up), into four
+# interleaved sub-histograms so that runs of one bin do not wait on each other. Non-finite values go to a dump bin.
+BLOCK = 2048
+_LOW = 0x7FFFFFFF
+_INF_BITS = 0x7F800000
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _key(b):
+    """int32 bits of a float32 -> an int32 with the same order as the floats."""
+    return b ^ ((b >> np.int32(31)) & np.int32(_LOW))
+
+
+@njit(cache=True, nogil=True)
+def _bins_block(xs, bs, buf, s1, s2, nbins, off, width, dump, state):
+    """Bin indices of xs into buf; state (kmin, kmax, absmax bits) updated over the finite values."""
+    kmin, kmax, amax = state[0], state[1], state[2]
+    top = np.float32(nbins)
+    last = np.float32(nbins - 1)
+    for j in range(xs.size):
+        x = xs[j]
+        b = bs[j]
+        a = b & np.int32(_LOW)
+        ok = a < np.int32(_INF_BITS)
+        v = (abs(x) * s1) * s2
+        v = v if v < top else last
+        k = np.uint32(np.int32(v)) + (off if x < 0 else np.uint32(0)) + (np.uint32(j) & np.uint32(3)) * width
+        buf[j] = k if ok else dump
+        amax = max(amax, a if ok else np.int32(0))
+        key = _key(b)
+        kmin = min(kmin, key if ok else np.int32(_LOW))
+        kmax = max(kmax, key if ok else np.int32(-_LOW - 1))
+    state[0] = kmin
+    state[1] = kmax
+    state[2] = amax
+
+
+@njit(cache=True, nogil=True)
+def _range_block(bs, state):
+    """state (kmin, kmax, absmax bits, nonfinite count) updated over the finite values of bs."""
+    kmin, kmax, amax, bad = state[0], state[1], state[2], state[3]
+    for j in range(bs.size):
+        b = bs[j]
+        a = b & np.int32(_LOW)
+        ok = a < np.int32(_INF_BITS)
+        amax = max(amax, a if ok else np.int32(0))
+        key = _key(b)
+        kmin = min(kmin, key if ok else np.int32(_LOW))
+        kmax = max(kmax, key if ok else np.int32(-_LOW - 1))
+        bad += np.int32(0) if ok else np.int32(1)
+    state[0] = kmin
+    state[1] = kmax
+    state[2] = amax
+    state[3] = bad
+
+
+@njit(cache=True, nogil=True)
+def _scatter(buf, m, h):
+    for j in range(m):
+        h[buf[j]] += 1
+
+
+@njit(cache=True, nogil=True)
+def _float_of(bits):
+    return np.float64(np.array([bits], np.int32).view(np.float32)[0])
+
+
+@njit(cache=True, nogil=True)
+def _finish(states, bad, n):
+    """(min, max, absmax) of the finite values from per-chunk states; (inf, -inf, 0) when there are none."""
+    if bad >= n:
+        return np.inf, -np.inf, 0.0
+    kmin = states[:, 0].min()
+    kmax = states[:, 1].max()
+    return _float_of(_key(kmin)), _float_of(_key(kmax)), _float_of(states[:, 2].max())
+
+
 @njit(parallel=True, cache=True, nogil=True)
 def range_stats(flat, nchunks):
-    """Return (min, max, absmax, nonfinite) of a 1-D float array; non-finite values are skipped."""
+    """Return (min, max, absmax, nonfinite) of a 1-D float32 array; non-finite values are skipped."""
+    if flat.itemsize != 4:
+        raise ValueError("float32 values expected")
+    bits = flat.view(np.int32)
     n = flat.size
     step = (n + nchunks - 1) // nchunks
-    mins = np.full(nchunks, np.inf)
-    maxs = np.full(nchunks, -np.inf)
-    bad = np.zeros(nchunks, np.int64)
+    states = np.zeros((nchunks, 4), np.int32)
+    bads = np.zeros(nchunks, np.int64)
     for c in prange(nchunks):
-        lo = c * step
+        st = states[c]
+        st[0] = np.int32(_LOW)
+        st[1] = np.int32(-_LOW - 1)
+        lo = min(n, c * step)
         hi = min(n, lo + step)
-        mn = np.inf
-        mx = -np.inf
-        nb = 0
-        for i in range(lo, hi):
-            v = flat[i]
-            if v - v == 0.0:
-                mn = min(mn, v)
-                mx = max(mx, v)
-            else:
-                nb += 1
-        mins[c] = mn
-        maxs[c] = mx
-        bad[c] = nb
-    mn = mins.min()
-    mx = maxs.max()
-    return mn, mx, max(abs(mn), abs(mx)) if mn <= mx else 0.0, bad.sum()
+        for s in range(lo, hi, 1 << 20):  # the int32 count restarts every block
+            st[3] = 0
+            _range_block(bits[s:min(hi, s + (1 << 20))], st)
+            bads[c] += st[3]
+    bad = bads.sum()
+    mn, mx, amax = _finish(states, bad, n)
+    return mn, mx, amax, bad
 
 
 @njit(parallel=True, cache=True, nogil=True)
-def abs_histogram_fused(flat, inv_width, nbins, nchunks, signed, careful):
-    """One pass: counts of floor(|x| * inv_width) and (min, max, all-finite flag) of the values seen.
+def abs_histogram(flat, inv_width, nbins, nchunks, signed):
+    """One pass over a 1-D float32 array: (counts, min, max, absmax, nonfinite).
 
-    signed: 2 * nbins counts, [0, nbins) for x >= 0 and [nbins, 2 nbins) for x < 0 (the negative values' own).
-    careful=False: branch-light; values past the last bin (and NaN) land in the last bin, and the caller checks
-    absmax and the flag. careful=True: non-finite values are skipped (the caller has widened the bins)."""
+    counts[i] holds the values with floor(|x| * inv_width) == i; values past the last bin land in the last bin
+    (the caller compares absmax with the range). signed: 2 * nbins counts, [0, nbins) for x >= 0 and
+    [nbins, 2 nbins) for x < 0. Non-finite values are counted apart and left out of everything else.
+    inv_width must be a power of two (the products are then exact)."""
+    if flat.itemsize != 4:
+        raise ValueError("float32 values expected")
+    bits = flat.view(np.int32)
     n = flat.size
     step = (n + nchunks - 1) // nchunks
     width = 2 * nbins if signed else nbins
-    local = np.zeros((nchunks, 4, width), np.int64)
-    mins = np.full(nchunks, np.inf)
-    maxs = np.full(nchunks, -np.inf)
-    poison = np.zeros(nchunks)
-    top = np.float64(nbins)
-    last = np.float64(nbins - 1)
+    dump = 4 * width
+    local = np.zeros((nchunks, dump + 1), np.int64)
+    states = np.zeros((nchunks, 3), np.int32)
+    s1 = np.float32(min(inv_width, 2.0 ** 126))  # two factors: 2**-149 bins need 2**149, past float32
+    s2 = np.float32(inv_width / min(inv_width, 2.0 ** 126))
+    off = np.uint32(nbins if signed else 0)
     for c in prange(nchunks):
-        lo = c * step
+        lo = min(n, c * step)
         hi = min(n, lo + step)
         h = local[c]
-        mn = np.inf
-        mx = -np.inf
-        z = 0.0
-        for i in range(lo, hi):
-            x = flat[i]
-            if careful and not (x - x == 0.0):
-                continue
-            v = abs(x) * inv_width
-            v = v if v < top else last
-            h[i & 3, int(v) + (nbins if signed and x < 0 else 0)] += 1
-            z += x * 0.0
-            if x < mn:
-                mn = x
-            if x > mx:
-                mx = x
-        mins[c] = mn
-        maxs[c] = mx
-        poison[c] = z
+        buf = np.empty(BLOCK, np.uint32)
+        st = states[c]
+        st[0] = np.int32(_LOW)
+        st[1] = np.int32(-_LOW - 1)
+        for s in range(lo, hi, BLOCK):
+            e = min(hi, s + BLOCK)
+            _bins_block(flat[s:e], bits[s:e], buf, s1, s2, nbins, off, np.uint32(width), np.uint32(dump), st)
+            _scatter(buf, e - s, h)
     out = np.zeros(width, np.int64)
+    bad = 0
     for c in range(nchunks):
-        for k in range(4):
-            out += local[c, k]
-    mn = mins.min()
-    mx = maxs.max()
-    return out, mn, mx, poison.sum() == 0.0
+        for q in range(4):
+            out += local[c, q * width:(q + 1) * width]
+        bad += local[c, dump]
+    mn, mx, amax = _finish(states, bad, n)
+    return out, mn, mx, amax, bad
 
 
 @njit(cache=True, nogil=True)

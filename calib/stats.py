@@ -125,11 +125,9 @@ class HistogramCollector:
     signed: frozenset = frozenset()
 
     def update(self, name: str, array: np.ndarray) -> None:
-        from calib.kernels import abs_histogram_fused, range_stats
+        from calib.kernels import abs_histogram, range_stats
 
-        flat = np.ascontiguousarray(array).reshape(-1)
-        if flat.dtype != np.float32 and flat.dtype != np.float64:
-            flat = flat.astype(np.float32)
+        flat = np.ascontiguousarray(array, dtype=np.float32).reshape(-1)  # TensorRT calibrates float32 values
         if flat.size == 0:
             return
         chunks = _threads() if flat.size > (1 << 16) else 1
@@ -137,10 +135,9 @@ class HistogramCollector:
         h = self.hists.get(name)
         fast = None
         if h is not None:  # one pass when the values fit the current bins (the common case)
-            counts, mn, mx, finite = abs_histogram_fused(flat, 1.0 / h.width, self.nbins, chunks, signed, False)
-            amax = max(abs(mn), abs(mx))
-            if finite and amax < self.nbins * h.width:
-                fast, bad = counts, 0
+            counts, mn, mx, amax, bad = abs_histogram(flat, 1.0 / h.width, self.nbins, chunks, signed)
+            if amax < self.nbins * h.width:
+                fast = counts
         if fast is None:
             mn, mx, amax, bad = range_stats(flat, chunks)
             if h is None:
@@ -148,7 +145,7 @@ class HistogramCollector:
                               neg=np.zeros(self.nbins, np.int64) if signed else None)
                 self.hists[name] = h
             h.coarsen_to(2.0 ** _exponent_for(max(float(amax), h.absmax), self.nbins))
-            fast = abs_histogram_fused(flat, 1.0 / h.width, self.nbins, chunks, signed, bad > 0)[0]
+            fast = abs_histogram(flat, 1.0 / h.width, self.nbins, chunks, signed)[0]
         if signed:
             neg = fast[self.nbins:]
             fast = fast[:self.nbins] + neg

@@ -1,5 +1,6 @@
 """Streaming histograms: exact, order- and batch-independent, mergeable, bounded."""
 import numpy as np
+import pytest
 
 from calib.stats import HistogramCollector
 
@@ -146,3 +147,40 @@ def test_capture_session_settings_change_no_value(tiny_model, tiny_data):
     for _ in range(2):  # the lean arena is registered once per process; a second session shares it
         got = OrtRunner(tiny_model, expose=acts, spin=False, lean=True).run(x)
         assert set(got) == set(want) and all(np.array_equal(got[k], want[k]) for k in want)
+
+
+def _reference(x, inv_width, nbins, signed):
+    """Plain numpy answer of calib.kernels.abs_histogram, in float64."""
+    x = x.astype(np.float64)
+    fin = x[np.isfinite(x)]
+    k = np.minimum(np.floor(np.abs(fin) * inv_width), nbins - 1).astype(np.int64)
+    if signed:
+        k = k + np.where(fin < 0, nbins, 0)
+    counts = np.bincount(k, minlength=2 * nbins if signed else nbins)
+    if fin.size == 0:
+        return counts, np.inf, -np.inf, 0.0, x.size
+    return counts, fin.min(), fin.max(), np.abs(fin).max(), x.size - fin.size
+
+
+@pytest.mark.parametrize("signed", [False, True])
+@pytest.mark.parametrize("nchunks", [1, 2, 3])
+def test_histogram_kernel_matches_numpy_on_hard_values(signed, nchunks):
+    from calib.kernels import abs_histogram, range_stats
+
+    rng = np.random.default_rng(7)
+    x = (rng.laplace(size=10_007) * 0.3).astype(np.float32)  # not a multiple of the block or the chunks
+    x[::11] = 0.0
+    x[5::13] = -0.0
+    x[3], x[50], x[5000], x[9999] = np.nan, np.inf, -np.inf, np.float32(3e38)
+    x[7], x[8] = np.float32(1e-45), np.float32(-1e-40)  # subnormals
+    for inv_width in (2.0 ** 8, 2.0 ** -3, 2.0 ** 149, 2.0 ** 130):
+        got = abs_histogram(x, inv_width, 2048, nchunks, signed)
+        want = _reference(x, inv_width, 2048, signed)
+        np.testing.assert_array_equal(got[0], want[0])
+        assert got[1:] == want[1:]
+        assert range_stats(x, nchunks) == (want[1], want[2], want[3], want[4])
+    nan = np.full(100, np.nan, np.float32)
+    assert abs_histogram(nan, 1.0, 16, nchunks, signed)[1:] == (np.inf, -np.inf, 0.0, 100)
+    assert range_stats(nan, nchunks) == (np.inf, -np.inf, 0.0, 100)
+    with pytest.raises(ValueError, match="float32"):
+        abs_histogram(x.astype(np.float64), 1.0, 16, nchunks, signed)
