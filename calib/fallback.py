@@ -98,6 +98,20 @@ class Scorer:
             self.runs += 1
         return self.cache[key]
 
+    def split(self) -> dict:
+        """The metric and output SQNR with only the weights, then only the activations in INT8: which of the
+        two the INT8 loss comes from (a weight loss can be fixed on the weights; an activation loss needs
+        other scales or layers in float). All three, INT8 included, run as plain fake quantization (no ONNX
+        Runtime fusions, which would treat the three differently), so they compare with each other."""
+        out = {}
+        for kind, kw in (("int8", {}), ("weights_only", {"activations": False}),
+                         ("activations_only", {"weights": False})):
+            run = OrtRunner(insert_qdq(self.model, self.amax, **kw), optimize=False)
+            outs = [run.run(feed) for feed, _ in self.batches]
+            out[kind] = {"score": self._score(outs, self.metric), "sqnr_db": self._score(outs, "output_sqnr")}
+            self.runs += 1
+        return out
+
     def sqnr(self, float_layers, overrides: dict | None = None) -> float:
         """Output SQNR of a variant already scored: a continuous tie-breaker for coarse task metrics."""
         self.score(float_layers, overrides)

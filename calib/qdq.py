@@ -91,8 +91,10 @@ def weight_scales(w: np.ndarray, axis: int) -> np.ndarray:
 
 
 def insert_qdq(model: onnx.ModelProto, amax: dict, exclude: Exclusions = Exclusions(),
-               per_channel: bool = True) -> onnx.ModelProto:
-    """A copy of `model` with Q/DQ pairs; `amax` maps activation tensor names to their amax."""
+               per_channel: bool = True, weights: bool = True, activations: bool = True) -> onnx.ModelProto:
+    """A copy of `model` with Q/DQ pairs; `amax` maps activation tensor names to their amax.
+
+    weights=False or activations=False leaves that kind in float (to tell which of the two costs accuracy)."""
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
     if opset < 13:
         raise ModelError(f"{model.graph.name}: Q/DQ needs opset >= 13 (model has {opset}); "
@@ -107,6 +109,8 @@ def insert_qdq(model: onnx.ModelProto, amax: dict, exclude: Exclusions = Exclusi
     rewires = []
     missing = set()
     for ni, ii, kind in quantized_inputs(m, exclude):
+        if not (weights if kind == "weight" else activations):
+            continue
         node = g.node[ni]
         name = node.input[ii]
         if name not in done:

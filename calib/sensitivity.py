@@ -70,6 +70,14 @@ def _per_tensor(scorer, model, ranking, target, found, amaxes, spec):
     return again, info
 
 
+def _split_md(split: dict, metric: str) -> str:
+    q, w, a = split["int8"], split["weights_only"], split["activations_only"]
+    which = "weights" if w["sqnr_db"] < a["sqnr_db"] else "activations"
+    return (f"Where the INT8 loss comes from (fake quantization): all in INT8 {metric} {q['score']:.4g} "
+            f"({q['sqnr_db']:.1f} dB output SQNR); weights alone in INT8 {w['score']:.4g} ({w['sqnr_db']:.1f} dB), "
+            f"activations alone {a['score']:.4g} ({a['sqnr_db']:.1f} dB): mostly the {which}.\n")
+
+
 def _engine_md(e: dict, spec, target: float) -> str:
     lines = [f"\n## On TensorRT engines (batch {e['batch']}, FP16 engine {e['fp16_ms']:.4f} ms"
              f"{', other layers pinned to INT8' if e['pin_int8'] else ''})\n",
@@ -172,9 +180,10 @@ def _sensitivity(recipe: Recipe, stage: Path, out: Path) -> None:
     target = budget_target(spec.metric, scorer.fp32_score, spec.max_drop, spec.min_sqnr_db)
     key = _search_key(recipe, info.sha256, calib_fp, batches)
     cached = _cached_search(out, key)
-    if cached is not None:
-        ranking, found, per_tensor = cached["ranking"], cached["found"], cached["per_tensor"]
+    if cached is not None and "split" in cached:
+        ranking, found, per_tensor, split = cached["ranking"], cached["found"], cached["per_tensor"], cached["split"]
     else:
+        split = scorer.split()
         ranking = rank(scorer, layers, spec.both)
         found = search(scorer, ranking, target)
         per_tensor = None
@@ -183,7 +192,7 @@ def _sensitivity(recipe: Recipe, stage: Path, out: Path) -> None:
         # into the output folder at once: an engine search that fails or runs out of time keeps the CPU part
         out.mkdir(parents=True, exist_ok=True)
         atomic_write_json(out / SEARCH_CACHE, {"key": key, "ranking": ranking, "found": found,
-                                               "per_tensor": per_tensor})
+                                               "per_tensor": per_tensor, "split": split})
     overrides = None
     if per_tensor is not None:
         overrides = {t: v for t, (_, v) in per_tensor["choices"].items()} or None
@@ -198,7 +207,8 @@ def _sensitivity(recipe: Recipe, stage: Path, out: Path) -> None:
              found["fp32_score"], found["int8_score"], len(found["float_layers"]), spec.precision, found["score"],
              target)
     result = {"recipe": recipe.name, "algorithm": spec.algorithm, "metric": spec.metric, "max_drop": spec.max_drop,
-              "samples": n, "calibration_samples": samples, "layers": len(layers), "ranking": ranking, **found}
+              "samples": n, "calibration_samples": samples, "layers": len(layers), "error_split": split,
+              "ranking": ranking, **found}
     if equalized is not None:
         result["equalization"] = {k: v for k, v in equalized.items() if k != "layers"}
     if per_tensor is not None:
@@ -217,7 +227,7 @@ def _sensitivity(recipe: Recipe, stage: Path, out: Path) -> None:
           f"{found['fp32_score']:.4g}, INT8 {found['int8_score']:.4g}, budget {target:.4g}.\n\n"
           f"Keep {len(found['float_layers'])} of {len(layers)} layers in {spec.precision}: "
           f"{', '.join(found['float_layers']) or '(none)'} -> {found['score']:.4g} "
-          f"({'meets' if found['met'] else 'misses'} the budget).\n\n"
+          f"({'meets' if found['met'] else 'misses'} the budget).\n\n{_split_md(split, spec.metric)}\n"
           f"| layer | score with it in float | score with only it in INT8 | gain |\n|---|---|---|---|\n{rows}\n")
     if engine is not None:
         md += _engine_md(engine, spec, target)

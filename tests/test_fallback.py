@@ -44,6 +44,24 @@ def test_finds_the_sensitive_layer(tmp_path):
     assert layer_precisions(found["float_layers"]) == "convB=fp16\n"
 
 
+def test_error_split_tells_weights_from_activations(tmp_path):
+    p = sensitive_model(tmp_path / "s.onnx")
+    x = np.random.default_rng(0).uniform(0.1, 1.0, (16, 2, 4, 4)).astype(np.float32)
+    amax = calibrate(p, x, ["minmax"]).amax["minmax"]
+    scorer = Scorer(onnx.load(str(p)), amax, [({"input": x}, None)], "output_sqnr")
+    split = scorer.split()
+    # weights alone: convA's are exact per channel (1 and 1000 are each their channel's maximum); convB's 1e-4
+    # rounds to 0 against its 1.0, so the output loses exactly 1000 * 1e-4 * x1
+    ref = x[:, 0] + 0.1 * x[:, 1]
+    want = 10 * np.log10((ref.astype(np.float64) ** 2).sum() / ((0.1 * x[:, 1].astype(np.float64)) ** 2).sum())
+    assert split["weights_only"]["sqnr_db"] == pytest.approx(want, abs=0.05)
+    # activations alone: one scale for convB's input (amax about 1000) rounds channel 0 (at most 1.0) to 0
+    assert split["activations_only"]["sqnr_db"] < 3
+    from calib.sensitivity import _split_md
+
+    assert "mostly the activations" in _split_md(split, "output_sqnr")
+
+
 def test_agreement_budget_target():
     assert budget_target("top1_agreement", 1.0, 0.05, 99) == pytest.approx(0.95)
     assert budget_target("output_sqnr", float("inf"), 0.05, 30.0) == 30.0
@@ -66,6 +84,11 @@ output: out
     assert r.exit_code == 0, r.output
     assert (tmp_path / "out" / "sensitivity" / "exclude.txt").read_text() == "convB\n"
     assert (tmp_path / "out" / "sensitivity" / "layer_precisions.txt").read_text() == "convB=fp16\n"
+    import json
+
+    res = json.loads((tmp_path / "out" / "sensitivity" / "sensitivity.json").read_text())
+    assert res["error_split"]["activations_only"]["sqnr_db"] < res["error_split"]["weights_only"]["sqnr_db"]
+    assert "mostly the activations" in (tmp_path / "out" / "sensitivity" / "sensitivity.md").read_text()
 
 
 def test_unnamed_nodes_go_by_their_output(tmp_path):
