@@ -73,7 +73,8 @@ def _per_tensor(scorer, model, ranking, target, found, amaxes, spec):
 def _split_md(split: dict, metric: str) -> str:
     q, w, a = split["int8"], split["weights_only"], split["activations_only"]
     which = "weights" if w["sqnr_db"] < a["sqnr_db"] else "activations"
-    return (f"Where the INT8 loss comes from (fake quantization): all in INT8 {metric} {q['score']:.4g} "
+    return (f"Where the INT8 loss comes from, in plain fake quantization (the ranking and search use ONNX "
+            f"Runtime's INT8 kernels, which round differently): all in INT8 {metric} {q['score']:.4g} "
             f"({q['sqnr_db']:.1f} dB output SQNR); weights alone in INT8 {w['score']:.4g} ({w['sqnr_db']:.1f} dB), "
             f"activations alone {a['score']:.4g} ({a['sqnr_db']:.1f} dB): mostly the {which}.\n")
 
