@@ -138,8 +138,9 @@ class HistogramCollector:
             counts, mn, mx, amax, bad = abs_histogram(flat, 1.0 / h.width, self.nbins, chunks, signed)
             if amax < self.nbins * h.width:
                 fast = counts
-        if fast is None:
+        else:
             mn, mx, amax, bad = range_stats(flat, chunks)
+        if fast is None:  # the range is known (from either pass): widen the bins, count again
             if h is None:
                 h = Histogram(np.zeros(self.nbins, np.int64), 2.0 ** _exponent_for(amax, self.nbins),
                               neg=np.zeros(self.nbins, np.int64) if signed else None)
