@@ -80,6 +80,10 @@ class Scorer:
             first += n
         return tally.map_vs_fp32("test")["map50"] if tally.pseudo else 1.0
 
+    def _outputs(self, q: onnx.ModelProto, optimize: bool = True) -> list[dict]:
+        run = OrtRunner(q, optimize=optimize)
+        return [run.run(feed) for feed, _ in self.batches]
+
     @staticmethod
     def _key(float_layers, overrides) -> tuple:
         return frozenset(float_layers), tuple(sorted((overrides or {}).items()))
@@ -89,9 +93,7 @@ class Scorer:
         key = self._key(float_layers, overrides)
         if key not in self.cache:
             amax = {**self.amax, **overrides} if overrides else self.amax
-            q = insert_qdq(self.model, amax, Exclusions(tuple(sorted(key[0]))))
-            run = OrtRunner(q)
-            outs = [run.run(feed) for feed, _ in self.batches]
+            outs = self._outputs(insert_qdq(self.model, amax, Exclusions(tuple(sorted(key[0])))))
             self.cache[key] = self._score(outs, self.metric)
             self.sqnr_cache[key] = self._score(outs, "output_sqnr") if self.metric != "output_sqnr" else \
                 self.cache[key]
@@ -106,8 +108,7 @@ class Scorer:
         out = {}
         for kind, kw in (("int8", {}), ("weights_only", {"activations": False}),
                          ("activations_only", {"weights": False})):
-            run = OrtRunner(insert_qdq(self.model, self.amax, **kw), optimize=False)
-            outs = [run.run(feed) for feed, _ in self.batches]
+            outs = self._outputs(insert_qdq(self.model, self.amax, **kw), optimize=False)
             out[kind] = {"score": self._score(outs, self.metric), "sqnr_db": self._score(outs, "output_sqnr")}
             self.runs += 1
         return out

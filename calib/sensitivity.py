@@ -109,6 +109,7 @@ def run_sensitivity(recipe: Recipe, out: str | Path | None = None, verbose: bool
 
 
 SEARCH_CACHE = "search-cache.json"
+SEARCH_CACHE_FORMAT = 2  # 2: with the error split
 
 
 def _search_key(recipe: Recipe, model_sha256: str, calib_fingerprint: str, batches: list) -> str:
@@ -119,7 +120,7 @@ def _search_key(recipe: Recipe, model_sha256: str, calib_fingerprint: str, batch
     spec = recipe.sensitivity
     h = hashlib.sha256()
     settings = {k: v for k, v in dataclasses.asdict(spec).items() if k not in ("pin_int8", "min_speedup")}
-    h.update(json.dumps({"calib": calib.__version__, "spec": settings,
+    h.update(json.dumps({"calib": calib.__version__, "format": SEARCH_CACHE_FORMAT, "spec": settings,
                          "detection": dataclasses.asdict(recipe.evaluation.detection),
                          "calibration": dataclasses.asdict(recipe.calibration),
                          "preprocess": dataclasses.asdict(recipe.preprocess),
@@ -181,7 +182,7 @@ def _sensitivity(recipe: Recipe, stage: Path, out: Path) -> None:
     target = budget_target(spec.metric, scorer.fp32_score, spec.max_drop, spec.min_sqnr_db)
     key = _search_key(recipe, info.sha256, calib_fp, batches)
     cached = _cached_search(out, key)
-    if cached is not None and "split" in cached:
+    if cached is not None:
         ranking, found, per_tensor, split = cached["ranking"], cached["found"], cached["per_tensor"], cached["split"]
     else:
         split = scorer.split()
