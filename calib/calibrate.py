@@ -93,16 +93,18 @@ def relu_outputs(model_path: str | Path, info: ModelInfo) -> dict[str, tuple[str
 
 
 def collect(model_path: str | Path, source, micro_batch: int = 8, nbins: int = DEFAULT_BINS,
-            label: str = "calibration data", info: ModelInfo | None = None, derive: bool = True):
+            label: str = "calibration data", info: ModelInfo | None = None, derive: bool = True,
+            blocked: bool = True):
     """Run the FP32 model over `source` once; returns (ModelInfo, HistogramCollector, samples, fingerprint).
 
-    derive: take the statistics of Relu/Clip(0, hi) outputs from their inputs' (not reading them again)."""
+    derive: take the statistics of Relu/Clip(0, hi) outputs from their inputs' (not reading them again).
+    blocked: read the tensors in ONNX Runtime's blocked layout where that holds the same values (no reorders)."""
     from calib.runners.onnxruntime import OrtRunner
 
     info = info or inspect_model(model_path)
     derived = relu_outputs(model_path, info) if derive else {}
     runner = OrtRunner(model_path, expose=[n for n in info.activations if n not in derived],
-                       spin=False, lean=True)
+                       spin=False, lean=True, order_free=blocked)
     exposed = set(runner.tensor_names())
     wanted = [n for n in info.activations if n in exposed and n not in derived]
     inputs = [n for n, _, _ in info.inputs]

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -30,11 +31,26 @@ class OrtRunner:
     """Runs an ONNX model with ONNX Runtime; `expose` lists intermediate tensors to return."""
 
     def __init__(self, model: str | Path | onnx.ModelProto, expose: Sequence[str] = (), threads: int = 0,
-                 optimize: bool = True, spin: bool = True, lean: bool = False):
+                 optimize: bool = True, spin: bool = True, lean: bool = False, order_free: bool = False):
+        """order_free: the exposed tensors may come back with their values permuted (ONNX Runtime's blocked
+        layout, without the reorders to NCHW; see calib.runners.blocked), for order-free statistics only."""
         proto = load_model(model) if not isinstance(model, onnx.ModelProto) else model
         self.label = str(model) if not isinstance(model, onnx.ModelProto) else proto.graph.name
         self._graph_outputs = [o.name for o in proto.graph.output]
-        proto = with_outputs(proto, list(expose)) if expose else proto
+        self._settings = (threads, spin, lean)
+        self._rename: dict[str, str] = {}
+        exposed = with_outputs(proto, list(expose)) if expose else proto
+        if order_free and expose and optimize:
+            self.session = self._blocked(proto, exposed)
+        else:
+            self.session = self._session(exposed, optimize)
+        self._names = [o.name for o in self.session.get_outputs()]
+        back = {v: k for k, v in self._rename.items()}
+        self._names = [back.get(n, n) for n in self._names]
+        self.inputs = {i.name: (i.shape, i.type) for i in self.session.get_inputs()}
+
+    def _options(self, optimize: bool) -> ort.SessionOptions:
+        threads, spin, lean = self._settings
         so = ort.SessionOptions()
         so.log_severity_level = 3
         if lean:  # one arena that grows by what is asked, not by powers of two: steady, lower peak memory
@@ -46,12 +62,36 @@ class OrtRunner:
             so.intra_op_num_threads = threads
         if not optimize:
             so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        return so
+
+    def _session(self, proto: onnx.ModelProto, optimize: bool, so: ort.SessionOptions | None = None):
         try:
-            self.session = ort.InferenceSession(proto.SerializeToString(), so, providers=["CPUExecutionProvider"])
+            return ort.InferenceSession(proto.SerializeToString(), so or self._options(optimize),
+                                        providers=["CPUExecutionProvider"])
         except Exception as exc:
             raise ModelError(f"{self.label}: ONNX Runtime cannot load the model ({exc})") from None
-        self._names = [o.name for o in self.session.get_outputs()]
-        self.inputs = {i.name: (i.shape, i.type) for i in self.session.get_inputs()}
+
+    def _blocked(self, proto: onnx.ModelProto, exposed: onnx.ModelProto):
+        """The exposed model as ONNX Runtime optimizes it, its outputs taken before the layout reorders."""
+        from calib.runners import blocked
+
+        with tempfile.TemporaryDirectory(prefix="calib-ort-") as tmp:
+            so = self._options(True)
+            so.optimized_model_filepath = str(Path(tmp) / "optimized.onnx")
+            session = self._session(exposed, True, so)
+            try:
+                optimized = onnx.load(so.optimized_model_filepath)
+                if not any(n.domain == blocked.NCHWC for n in optimized.graph.node):
+                    return session
+                wanted = [o.name for o in exposed.graph.output]
+                rewritten, names = blocked.unblock(optimized, wanted, blocked.shapes(proto))
+                fast = ort.InferenceSession(rewritten.SerializeToString(), self._options(False),
+                                            providers=["CPUExecutionProvider"])
+            except Exception as exc:  # any surprise in ONNX Runtime's graph: the plain exposure serves
+                log.debug("%s: blocked-layout capture not used: %s", self.label, exc)
+                return session
+        self._rename = {k: v for k, v in names.items() if k != v}
+        return fast
 
     def tensor_names(self) -> list[str]:
         return list(self._names)
@@ -66,7 +106,7 @@ class OrtRunner:
         feed = {n: batch[n] for n in self.inputs}
         names = list(outputs) if outputs is not None else self._names
         try:
-            values = self.session.run(names, feed)
+            values = self.session.run([self._rename.get(n, n) for n in names], feed)
         except Exception as exc:
             first = str(exc).splitlines()[0] if str(exc) else exc.__class__.__name__
             raise DataError(f"{self.label}: inference failed: {first}") from None
