@@ -4,6 +4,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
+from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from onnx import TensorProto
 import calib
 from calib import cache as cachefmt
 from calib.algorithms import registry
+from calib.data.prefetch import prefetch
 from calib.errors import DataError
 from calib.model import ModelInfo, inspect_model, load_model, relu_bounds
 from calib.progress import bar
@@ -112,13 +114,17 @@ def collect(model_path: str | Path, source, micro_batch: int = 8, nbins: int = D
     digest = hashlib.sha256()
     samples = 0
     total = len(source) if hasattr(source, "__len__") else None
-    with bar("calibrate", total=total) as pbar:
-        for bi, batch in enumerate(source):
+
+    def fingerprint(batch):  # in the reader thread, in the source's order
+        for name in inputs:
+            if name in batch:
+                fingerprint_update(digest, name, batch[name])
+
+    with bar("calibrate", total=total) as pbar, closing(prefetch(source, each=fingerprint)) as batches:
+        for bi, batch in enumerate(batches):
             if bi == 0:
                 check_batch(batch, info, label)
             n = int(next(iter(batch.values())).shape[0])
-            for name in inputs:
-                fingerprint_update(digest, name, batch[name])
             for lo in range(0, n, micro_batch):
                 part = {k: v[lo:lo + micro_batch] for k, v in batch.items()}
                 outs = runner.run(part, wanted)
