@@ -109,6 +109,14 @@ def run_job(name: str, samples: int, batch: int) -> dict:
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
+def _median(runs: list[dict]) -> dict:
+    """The run with the median time (errors win: a failed run is reported, not hidden)."""
+    bad = [r for r in runs if "error" in r]
+    if bad:
+        return bad[0]
+    return sorted(runs, key=lambda r: r["seconds"])[len(runs) // 2]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--samples", type=int, default=256)
@@ -116,16 +124,22 @@ def main() -> None:
     ap.add_argument("--worker")
     ap.add_argument("--skip-ort", default="", help="comma-separated: minmax,entropy,percentile")
     ap.add_argument("--scaling", type=int, default=1024, help="also run calib at this many samples (0: skip)")
+    ap.add_argument("--repeat", type=int, default=3,
+                    help="FP32 and calib runs, alternated; the table shows each one's median (the machine drifts)")
     a = ap.parse_args()
     if a.worker:
         print(json.dumps(job(a.worker, a.samples, a.batch)))
         return
     skip = {f"ort-{s}" for s in a.skip_ort.split(",") if s}
-    jobs = ["fp32", "calib", *[j for j in ("ort-minmax", "ort-percentile", "ort-entropy") if j not in skip]]
-    rows = [run_job(j, a.samples, a.batch) for j in jobs]
+    pairs = [(run_job("fp32", a.samples, a.batch), run_job("calib", a.samples, a.batch)) for _ in range(a.repeat)]
+    rows = [_median([p[0] for p in pairs]), _median([p[1] for p in pairs])]
+    rows += [run_job(j, a.samples, a.batch) for j in ("ort-minmax", "ort-percentile", "ort-entropy") if j not in skip]
     base = rows[0]
     calib_row = rows[1]
     print(f"MobileNetV2, {a.samples} photos, batch {a.batch}; ratios against pure FP32 inference and calib")
+    if a.repeat > 1:
+        print("fp32 and calib: median of %d alternated runs: fp32 %s s, calib %s s" % (a.repeat, *(
+            " ".join(f"{p[i].get('seconds', float('nan')):.2f}" for p in pairs) for i in (0, 1))))
     print(f"{'job':16s} {'seconds':>9s} {'x FP32':>8s} {'x calib':>8s} {'peak RSS MB':>12s}")
     for r in rows:
         if "error" in r:
