@@ -210,3 +210,56 @@ def mse_errors(centers, counts, amaxes):
             e += counts[k] * (c - q * s) ** 2
         out[t] = e
     return out
+
+
+@njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
+def _compare_block(r, t, acc):
+    """acc += (sum r*r, sum d*d, sum r*t, sum t*t) over r, t (float64 sums; d = r - t); returns max |d|."""
+    rr = 0.0
+    dd = 0.0
+    rt = 0.0
+    tt = 0.0
+    m = 0.0
+    for j in range(r.size):
+        a = np.float64(r[j])
+        b = np.float64(t[j])
+        d = a - b
+        rr += a * a
+        dd += d * d
+        rt += a * b
+        tt += b * b
+        m = max(m, abs(d))
+    acc[0] += rr
+    acc[1] += dd
+    acc[2] += rt
+    acc[3] += tt
+    return m
+
+
+@njit(parallel=True, cache=True, nogil=True)
+def compare_sums(ref, test, nchunks):
+    """One pass over two equally long 1-D float arrays: (sum r^2, sum (r-t)^2, sum r*t, sum t^2, max |r-t|).
+
+    Sums in float64 by blocks of 4096 values; NaN in either input makes the sums and the maximum NaN."""
+    n = ref.size
+    step = (n + nchunks - 1) // nchunks
+    accs = np.zeros((nchunks, 4))
+    maxes = np.zeros(nchunks)
+    nans = np.zeros(nchunks, np.int64)
+    for c in prange(nchunks):
+        lo = min(n, c * step)
+        hi = min(n, lo + step)
+        acc = accs[c]
+        m = 0.0
+        for s in range(lo, hi, 4096):
+            e = min(hi, s + 4096)
+            mb = _compare_block(ref[s:e], test[s:e], acc)
+            if mb != mb:
+                nans[c] = 1
+            m = max(m, mb)
+        maxes[c] = m
+    tot = accs.sum(axis=0)
+    m = maxes.max() if nchunks > 0 else 0.0
+    if nans.sum() > 0 or tot[1] != tot[1]:
+        m = np.nan
+    return tot[0], tot[1], tot[2], tot[3], m

@@ -21,6 +21,36 @@ def test_tensor_stats_known_values():
     assert sqnr_db(1.0, 0.0) == math.inf
 
 
+@pytest.mark.parametrize("n", [0, 1, 4095, 4097, 200_003])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
+def test_tensor_stats_match_float64_numpy_over_batches(n, dtype):
+    rng = np.random.default_rng(n)
+    s = TensorStats()
+    refs = [rng.normal(0, 3, n).astype(dtype) for _ in range(3)]
+    tests = [(r + rng.normal(0, 0.1, n)).astype(dtype) for r in refs]
+    for r, t in zip(refs, tests):
+        s.update(r.reshape(-1, 1) if n else r, t)
+    R = np.concatenate(refs).astype(np.float64)
+    T = np.concatenate(tests).astype(np.float64)
+    D = R - T
+    assert s.count == 3 * n
+    assert s.signal == pytest.approx(R @ R, rel=1e-12, abs=1e-12)
+    assert s.noise == pytest.approx(D @ D, rel=1e-12, abs=1e-12)
+    assert s.dot == pytest.approx(R @ T, rel=1e-12, abs=1e-12)
+    assert s.test_sq == pytest.approx(T @ T, rel=1e-12, abs=1e-12)
+    assert s.maxabs == (np.abs(D).max() if n else 0.0)
+
+
+def test_tensor_stats_nan_is_not_hidden():
+    s = TensorStats()
+    t = np.ones(10_000, np.float32)
+    t[7777] = np.nan
+    s.update(np.ones(10_000, np.float32), t)
+    assert math.isnan(s.noise) and math.isnan(s.maxabs) and math.isnan(s.result()["sqnr_db"])
+    with pytest.raises(ValueError, match="cannot compare"):
+        s.update(np.ones(3), np.ones(4))
+
+
 def test_topk_and_agreement():
     ref = np.array([[0.1, 0.9, 0.0], [0.8, 0.1, 0.1], [0.2, 0.3, 0.5]])
     test = np.array([[0.2, 0.7, 0.1], [0.1, 0.8, 0.1], [0.2, 0.3, 0.5]])

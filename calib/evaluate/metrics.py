@@ -21,14 +21,17 @@ class TensorStats:
     count: int = 0
 
     def update(self, ref: np.ndarray, test: np.ndarray) -> None:
-        r = np.asarray(ref, np.float64).ravel()
-        t = np.asarray(test, np.float64).ravel()
-        d = r - t
-        self.signal += float(r @ r)
-        self.noise += float(d @ d)
-        self.dot += float(r @ t)
-        self.test_sq += float(t @ t)
-        self.maxabs = max(self.maxabs, float(np.abs(d).max()) if d.size else 0.0)
+        from calib.kernels import compare_sums
+
+        r, t = _flat(ref), _flat(test)
+        if r.size != t.size:
+            raise ValueError(f"cannot compare {r.size} values with {t.size}")
+        rr, dd, rt, tt, m = compare_sums(r, t, 2 if r.size > (1 << 16) else 1)
+        self.signal += rr
+        self.noise += dd
+        self.dot += rt
+        self.test_sq += tt
+        self.maxabs = max(self.maxabs, m) if m == m else math.nan
         self.count += r.size
 
     def result(self) -> dict:
@@ -36,6 +39,13 @@ class TensorStats:
                 "rel_l2": math.sqrt(self.noise / self.signal) if self.signal > 0 else (0.0 if self.noise == 0 else
                                                                                        math.inf),
                 "max_abs": self.maxabs}
+
+
+def _flat(x) -> np.ndarray:
+    x = np.asarray(x)
+    if x.dtype not in (np.float32, np.float64):
+        x = x.astype(np.float32)
+    return np.ascontiguousarray(x).reshape(-1)
 
 
 def sqnr_db(signal: float, noise: float) -> float:
