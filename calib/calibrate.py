@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import onnx
 from onnx import TensorProto
 
 import calib
@@ -77,11 +78,11 @@ def fingerprint_update(digest, name: str, x: np.ndarray) -> None:
     digest.update(x.data)
 
 
-def relu_outputs(model_path: str | Path, info: ModelInfo) -> dict[str, tuple[str, float]]:
+def relu_outputs(model: str | Path | onnx.ModelProto, info: ModelInfo) -> dict[str, tuple[str, float]]:
     """Activations made by a Relu or Clip(0, hi) from another activation: output -> (input, hi).
 
     Their statistics follow from their input's (HistogramCollector.derive), so the pass does not read them."""
-    model = load_model(model_path)
+    model = model if isinstance(model, onnx.ModelProto) else load_model(model)
     acts = set(info.activations)
     out = {}
     for node in model.graph.node:
@@ -103,10 +104,12 @@ def collect(model_path: str | Path, source, micro_batch: int = 8, nbins: int = D
     blocked: read the tensors in ONNX Runtime's blocked layout where that holds the same values (no reorders)."""
     from calib.runners.onnxruntime import OrtRunner
 
-    info = info or inspect_model(model_path)
-    derived = relu_outputs(model_path, info) if derive else {}
-    runner = OrtRunner(model_path, expose=[n for n in info.activations if n not in derived],
-                       spin=False, lean=True, order_free=blocked)
+    proto = load_model(model_path)
+    info = info or inspect_model(model_path, proto)
+    derived = relu_outputs(proto, info) if derive else {}
+    runner = OrtRunner(proto, expose=[n for n in info.activations if n not in derived],
+                       spin=False, lean=True, order_free=blocked, label=str(model_path))
+    del proto
     exposed = set(runner.tensor_names())
     wanted = [n for n in info.activations if n in exposed and n not in derived]
     inputs = [n for n, _, _ in info.inputs]

@@ -151,7 +151,7 @@ def abs_histogram(flat, inv_width, nbins, nchunks, signed):
     return out, mn, mx, amax, bad
 
 
-@njit(cache=True, nogil=True)
+@njit(parallel=True, cache=True, nogil=True)
 def kl_divergences(bins, num_levels, start, stride):
     """KL(P || Q) for every candidate threshold of i bins, i = start, start + stride, ..., len(bins).
 
@@ -170,7 +170,7 @@ def kl_divergences(bins, num_levels, start, stride):
     count = (n - start) // stride + 1
     out = np.empty(count)
     ivals = np.empty(count, np.int64)
-    for t in range(count):
+    for t in prange(count):
         i = start + t * stride
         ivals[t] = i
         outliers = total - cum[i]
@@ -195,11 +195,11 @@ def kl_divergences(bins, num_levels, start, stride):
     return ivals, out
 
 
-@njit(cache=True, nogil=True)
+@njit(parallel=True, cache=True, nogil=True)
 def mse_errors(centers, counts, amaxes):
     """Sum of squared symmetric-int8 quantisation error over a histogram, for each candidate amax."""
     out = np.empty(amaxes.size)
-    for t in range(amaxes.size):
+    for t in prange(amaxes.size):
         s = amaxes[t] / 127.0
         e = 0.0
         for k in range(centers.size):

@@ -41,9 +41,42 @@ def _dims(value_info) -> tuple:
     return tuple(d.dim_value if d.HasField("dim_value") else None for d in shape.dim)
 
 
+_LIGHT_MIN = 64  # float initializers with more values than this stand in for themselves as typed graph inputs
+
+
+def infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
+    """ONNX shape inference without copying the weights: large float initializers become typed graph inputs.
+
+    Shape inference reads initializers' values only where they decide a shape (Reshape's shape, Pad's pads,
+    Resize's scales...): integer or small tensors, which are kept. The weights of a model are neither, and
+    onnx's inference serializes the whole model, so leaving them out makes it tens of times faster."""
+    g0 = model.graph
+    light = onnx.ModelProto()
+    light.ir_version = model.ir_version
+    light.opset_import.extend(model.opset_import)
+    light.functions.extend(model.functions)
+    g = light.graph
+    g.name = g0.name
+    g.node.extend(g0.node)
+    g.input.extend(g0.input)
+    g.output.extend(g0.output)
+    g.value_info.extend(g0.value_info)
+    declared = {i.name for i in g0.input}
+    for t in g0.initializer:
+        size = 1
+        for d in t.dims:
+            size *= d
+        if size > _LIGHT_MIN and t.data_type in FLOAT_TYPES:
+            if t.name not in declared:
+                g.input.append(onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
+        else:
+            g.initializer.append(t)
+    return onnx.shape_inference.infer_shapes(light)
+
+
 def _elem_types(model: onnx.ModelProto) -> dict[str, int]:
     try:
-        inferred = onnx.shape_inference.infer_shapes(model)
+        inferred = infer_shapes(model)
     except Exception as exc:
         log.warning("shape inference failed (%s); tensor types come from the graph only", exc)
         inferred = model
@@ -55,9 +88,10 @@ def _elem_types(model: onnx.ModelProto) -> dict[str, int]:
     return types
 
 
-def inspect_model(path: str | Path) -> ModelInfo:
+def inspect_model(path: str | Path, model: onnx.ModelProto | None = None) -> ModelInfo:
+    """What calibration needs to know of the model at `path` (`model`: the same file, loaded already)."""
     path = Path(path)
-    model = load_model(path)
+    model = model if model is not None else load_model(path)
     g = model.graph
     init = {t.name for t in g.initializer}
     types = _elem_types(model)

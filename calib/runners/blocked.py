@@ -16,6 +16,8 @@ from __future__ import annotations
 import onnx
 from onnx import helper, numpy_helper
 
+from calib.model import infer_shapes
+
 NCHWC = "com.microsoft.nchwc"
 BLOCK = 16  # the widest NCHWc block ONNX Runtime uses (AVX-512); a multiple of it is a multiple of 8 too
 UNARY = {"Clip", "Relu", "LeakyRelu", "Sigmoid", "HardSigmoid", "HardSwish", "Tanh", "Elu", "Selu", "Softplus",
@@ -42,7 +44,7 @@ def _scalars(graph) -> set[str]:
 def shapes(model: onnx.ModelProto) -> dict[str, tuple]:
     """Tensor name -> dims (int or symbolic name) from shape inference on the original model; unknown left out."""
     try:
-        g = onnx.shape_inference.infer_shapes(model).graph
+        g = infer_shapes(model).graph
     except Exception:
         return {}
     out = {}

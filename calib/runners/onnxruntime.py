@@ -31,11 +31,13 @@ class OrtRunner:
     """Runs an ONNX model with ONNX Runtime; `expose` lists intermediate tensors to return."""
 
     def __init__(self, model: str | Path | onnx.ModelProto, expose: Sequence[str] = (), threads: int = 0,
-                 optimize: bool = True, spin: bool = True, lean: bool = False, order_free: bool = False):
+                 optimize: bool = True, spin: bool = True, lean: bool = False, order_free: bool = False,
+                 label: str | None = None):
         """order_free: the exposed tensors may come back with their values permuted (ONNX Runtime's blocked
-        layout, without the reorders to NCHW; see calib.runners.blocked), for order-free statistics only."""
+        layout, without the reorders to NCHW; see calib.runners.blocked), for order-free statistics only.
+        label: what errors call the model (default: its path, or the graph's name for a loaded model)."""
         proto = load_model(model) if not isinstance(model, onnx.ModelProto) else model
-        self.label = str(model) if not isinstance(model, onnx.ModelProto) else proto.graph.name
+        self.label = label or (str(model) if not isinstance(model, onnx.ModelProto) else proto.graph.name)
         self._graph_outputs = [o.name for o in proto.graph.output]
         self._settings = (threads, spin, lean)
         self._rename: dict[str, str] = {}
