@@ -19,6 +19,9 @@ def _handled(fn):
     def wrapper(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
+        except BrokenPipeError:  # `calib cache inspect ... | head`: the reader left; end quietly, as cat does
+            _silence_stdout()
+            sys.exit(141)
         except CalibError as exc:
             click.echo(f"error: {exc}", err=True)
             sys.exit(exc.exit_code)
@@ -31,6 +34,17 @@ def _handled(fn):
             sys.exit(130)
 
     return wrapper
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so that the interpreter's last flush does not fail again on the closed pipe."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # no real stdout (tests): nothing left to flush
+        pass
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -244,19 +258,24 @@ def cache():
 
 @cache.command("inspect")
 @click.argument("file", type=click.Path(dir_okay=False))
-@click.option("--model", type=click.Path(dir_okay=False), help="Check the tensors against this model.")
+@click.option("--model", type=click.Path(dir_okay=False),
+              help="Check the cache against this model: its tensors, and the model hash in the sidecar.")
+@click.option("--ignore-hash", is_flag=True, help="With --model: accept a sidecar that names another model.")
+@click.option("--allow-unknown", is_flag=True, help="With --model: accept tensors the model lacks.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @_handled
-def cache_inspect(file, model, as_json):
+def cache_inspect(file, model, ignore_hash, allow_unknown, as_json):
     """Print a cache's header and per-tensor scale and amax."""
-    from calib.cache import read_cache, read_sidecar, validate_against
+    from calib.cache import check_model_hash, read_cache, read_sidecar, validate_against
 
     c = read_cache(file)
     side = read_sidecar(file)
     if model:
         from calib.model import inspect_model
 
-        internal = validate_against(c, inspect_model(model).activations)
+        info = inspect_model(model)
+        internal = validate_against(c, info.activations, allow_unknown)
+        check_model_hash(file, info.sha256, ignore_hash)
         if internal:
             click.echo(f"{len(internal)} TensorRT-internal tensors (not in the ONNX model)", err=True)
     if as_json:

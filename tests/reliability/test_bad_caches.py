@@ -40,6 +40,30 @@ def test_other_model_hash_and_override(tmp_path):
     assert CliRunner().invoke(main, [*args, "--ignore-hash"]).exit_code == 0
 
 
+def test_inspect_checks_the_model_hash(tmp_path):
+    model = conv_relu_gap(tmp_path / "m.onnx")
+    (tmp_path / "c.cache").write_text(GOOD)
+    (tmp_path / "c.json").write_text(json.dumps({"algorithm": "minmax", "amax": {}, "model_sha256": "0" * 64}))
+    args = ["cache", "inspect", str(tmp_path / "c.cache"), "--model", str(model)]
+    one_line_failure(CliRunner().invoke(main, args), "c.json", "--ignore-hash")
+    r = CliRunner().invoke(main, [*args, "--ignore-hash"])
+    assert r.exit_code == 0 and "conv1" in r.output
+    assert CliRunner().invoke(main, args[:3]).exit_code == 0  # without --model there is nothing to check
+
+
+def test_closed_pipe_ends_quietly(tmp_path):
+    """`calib cache inspect big.cache | head -1`: no error line once the reader has gone."""
+    import subprocess
+    import sys
+
+    (tmp_path / "c.cache").write_text("TRT-8600-EntropyCalibration2\n" +
+                                      "".join(f"t{i}: 3c010204\n" for i in range(20000)))
+    code = "import sys; from calib.cli import main; sys.exit(main())"
+    p = subprocess.run(f"'{sys.executable}' -c '{code}' cache inspect '{tmp_path / 'c.cache'}' | head -1",
+                       shell=True, capture_output=True, text=True, executable="/bin/bash")
+    assert p.stdout.startswith("TRT-8600-EntropyCalibration2") and p.stderr == ""
+
+
 def test_unknown_tensors_override(tmp_path):
     model = conv_relu_gap(tmp_path / "m.onnx")
     (tmp_path / "c.cache").write_text(GOOD + "ghost: 3c010204\n")
