@@ -20,6 +20,7 @@ from calib.errors import DataError
 from calib.model import ModelInfo, inspect_model, load_model, relu_bounds
 from calib.progress import bar
 from calib.stats import DEFAULT_BINS, HistogramCollector
+from calib.ties import tie_amax
 
 log = logging.getLogger(__name__)
 
@@ -150,14 +151,20 @@ def collect(model_path: str | Path, source, micro_batch: int = 8, nbins: int = D
     return info, stats, samples, digest.hexdigest()
 
 
-def compute_all(stats: HistogramCollector, tensors, algorithms, params: dict | None = None):
+def compute_all(stats: HistogramCollector, tensors, algorithms, params: dict | None = None,
+                model: str | Path | onnx.ModelProto | None = None):
+    """algorithm -> {tensor: amax}; with `model`, after TensorRT's scale ties (calib.ties), as every cache has them."""
     params = params or {}
+    if model is not None and not isinstance(model, onnx.ModelProto):
+        model = load_model(model)
     amax, used, secs = {}, {}, {}
     for algo in algorithms:
         p = registry.check_params(algo, params.get(algo, {}))
         fn = registry.get(algo)
         t0 = time.perf_counter()
         amax[algo] = {t: fn(stats.histogram(t), **p) for t in tensors if t in stats.hists}
+        if model is not None:
+            amax[algo] = tie_amax(model, amax[algo])
         secs[algo] = time.perf_counter() - t0
         used[algo] = p
     return amax, used, secs
@@ -185,7 +192,7 @@ def calibrate(model: str | Path, data, algorithms=ALL_ALGORITHMS, params: dict |
     t0 = time.perf_counter()
     info, stats, samples, fp = collect(model, data, micro_batch=micro_batch, label=label, info=info)
     t_pass = time.perf_counter() - t0
-    amax, used, secs = compute_all(stats, info.activations, algorithms, params)
+    amax, used, secs = compute_all(stats, info.activations, algorithms, params, model=model)
     secs["pass"] = t_pass
     log.info("statistics pass: %d samples, %d tensors, %.1f s", samples, len(stats.hists), t_pass)
     result = CalibrationResult(info, stats, amax, used, samples, fp, secs)

@@ -114,7 +114,7 @@ def _run(recipe: Recipe, stage: Path) -> None:
     info, stats, samples, fp = collect(model_path, csrc, label=recipe.calibration_data.path, info=info)
     if getattr(csrc, "bad", None):
         log.warning("%d unreadable images skipped", len(csrc.bad))
-    amax, used, secs = compute_all(stats, info.activations, c.algorithms, _params(recipe))
+    amax, used, secs = compute_all(stats, info.activations, c.algorithms, _params(recipe), model=model_path)
     files = []
     side_extra = {"recipe": Path(recipe.source).name, "preprocess": repr(recipe.preprocess)}
     for algo in c.algorithms:

@@ -1,10 +1,10 @@
-"""Scales -> Q/DQ ONNX in TensorRT's explicit-quantization placement.
+"""Scales -> Q/DQ ONNX in TensorRT's explicit-quantization placement (calib.placement says where).
 
-QuantizeLinear/DequantizeLinear pairs (symmetric int8, zero point 0) go on the activation inputs of Conv,
-ConvTranspose, Gemm, MatMul and pooling layers, and on the residual input of an Add that joins two branches
-(the input not produced by a Conv, so that TensorRT can fuse the Conv + Add). Weights of Conv/ConvTranspose/
-Gemm/MatMul get per-output-channel scales from their own absolute maximum. Layers can be excluded (kept in
-float) by node name, glob pattern on node or output name, or op type.
+Activations get one per-tensor scale (symmetric int8, zero point 0) from the calibrated amax after TensorRT's scale
+ties (calib.ties); weights of Conv/ConvTranspose/Gemm/MatMul get per-output-channel scales from their own absolute
+maximum, stored as float behind a Q/DQ pair or, with int8_weights, as INT8 initializers behind a DequantizeLinear
+(4x smaller files, the same values). Layers can be excluded (kept in float) by node name, glob pattern on node or
+output name, or op type.
 """
 from __future__ import annotations
 
@@ -18,12 +18,10 @@ import onnx
 from onnx import helper, numpy_helper
 
 from calib.errors import ModelError
+from calib.placement import place
+from calib.ties import tie_amax
 
 log = logging.getLogger(__name__)
-
-WEIGHTED = {"Conv", "ConvTranspose", "Gemm", "MatMul"}
-POOLING = {"MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool"}
-
 
 @dataclass(frozen=True)
 class Exclusions:
@@ -50,38 +48,30 @@ def _weight_axis(node, index: int, init: np.ndarray) -> int:
 
 def quantized_inputs(model: onnx.ModelProto, exclude: Exclusions = Exclusions()) -> list[tuple[int, int, str]]:
     """(node index, input index, 'act'|'weight') for every input TensorRT would run in int8."""
-    g = model.graph
-    inits = {t.name for t in g.initializer}
-    producer = {o: n for n in g.node for o in n.output}
-    out = []
-    for ni, node in enumerate(g.node):
-        if exclude.excludes(node):
-            continue
-        if node.op_type in WEIGHTED:
-            for ii, name in enumerate(node.input[:2]):  # data and weight; a bias stays in float
-                if not name:
-                    continue
-                out.append((ni, ii, "weight" if name in inits else "act"))
-        elif node.op_type in POOLING:
-            out.append((ni, 0, "act"))
-        elif node.op_type == "Add" and len(node.input) == 2 and not any(i in inits for i in node.input):
-            from_conv = [producer.get(i) is not None and producer[i].op_type in ("Conv", "ConvTranspose")
-                         for i in node.input]
-            pick = 1 if from_conv[0] and not from_conv[1] else 0 if from_conv[1] and not from_conv[0] else 1
-            out.append((ni, pick, "act"))
-    return out
+    return [(s.node, s.input, s.kind) for s in place(model, exclude.excludes)]
 
 
-def _qdq_pair(name: str, scale: np.ndarray, axis: int | None, nodes: list, inits: list) -> str:
-    s_name, z_name = f"{name}_scale", f"{name}_zero_point"
+def _pair(name: str, tag: str, scale: np.ndarray, axis: int | None, nodes: list, inits: list,
+          weight: np.ndarray | None = None) -> str:
+    """Q/DQ (or, for an INT8 weight, DQ alone) of `name`; returns the dequantized tensor's name."""
+    s_name, z_name = f"{tag}_scale", f"{tag}_zero_point"
     inits.append(numpy_helper.from_array(scale.astype(np.float32), s_name))
     inits.append(numpy_helper.from_array(np.zeros(scale.shape, np.int8), z_name))
     kw = {"axis": axis} if axis is not None else {}
-    nodes.append(helper.make_node("QuantizeLinear", [name, s_name, z_name], [f"{name}_quantized"],
-                                  name=f"{name}_QuantizeLinear", **kw))
-    nodes.append(helper.make_node("DequantizeLinear", [f"{name}_quantized", s_name, z_name],
-                                  [f"{name}_dequantized"], name=f"{name}_DequantizeLinear", **kw))
-    return f"{name}_dequantized"
+    if weight is not None:
+        shape = [1] * weight.ndim
+        if axis is not None:
+            shape[axis] = -1
+        q = np.clip(np.rint(weight / scale.reshape(shape)), -127, 127).astype(np.int8)
+        inits.append(numpy_helper.from_array(q, f"{tag}_int8"))
+        src = f"{tag}_int8"
+    else:
+        nodes.append(helper.make_node("QuantizeLinear", [name, s_name, z_name], [f"{tag}_quantized"],
+                                      name=f"{tag}_QuantizeLinear", **kw))
+        src = f"{tag}_quantized"
+    nodes.append(helper.make_node("DequantizeLinear", [src, s_name, z_name], [f"{tag}_dequantized"],
+                                  name=f"{tag}_DequantizeLinear", **kw))
+    return f"{tag}_dequantized"
 
 
 def weight_scales(w: np.ndarray, axis: int) -> np.ndarray:
@@ -90,10 +80,19 @@ def weight_scales(w: np.ndarray, axis: int) -> np.ndarray:
     return np.where(amax > 0, amax / 127.0, 1.0).astype(np.float32)
 
 
+def _weight_pair(node, ii: int, w: np.ndarray, per_channel: bool, int8: bool, name: str, nodes, inits) -> str:
+    axis = _weight_axis(node, ii, w) if per_channel and w.ndim > 1 else None
+    scale = weight_scales(w, axis) if axis is not None else np.array(
+        max(float(np.abs(w).max()), 1e-12) / 127.0, np.float32)
+    return _pair(name, name, scale, axis, nodes, inits, weight=w if int8 else None)
+
+
 def insert_qdq(model: onnx.ModelProto, amax: dict, exclude: Exclusions = Exclusions(),
-               per_channel: bool = True, weights: bool = True, activations: bool = True) -> onnx.ModelProto:
+               per_channel: bool = True, weights: bool = True, activations: bool = True,
+               int8_weights: bool = False) -> onnx.ModelProto:
     """A copy of `model` with Q/DQ pairs; `amax` maps activation tensor names to their amax.
 
+    The amax table goes through TensorRT's scale ties first (calib.ties), so a cache and its Q/DQ model agree.
     weights=False or activations=False leaves that kind in float (to tell which of the two costs accuracy)."""
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
     if opset < 13:
@@ -102,58 +101,70 @@ def insert_qdq(model: onnx.ModelProto, amax: dict, exclude: Exclusions = Exclusi
     m = onnx.ModelProto()
     m.CopyFrom(model)
     g = m.graph
+    amax = tie_amax(m, amax)
     inits = {t.name: t for t in g.initializer}
     new_nodes: list = []
     new_inits: list = []
-    done: dict[str, str] = {}
+    done: dict[tuple, str] = {}  # (tensor, scale source) -> dequantized name
     rewires = []
     missing = set()
-    for ni, ii, kind in quantized_inputs(m, exclude):
-        if not (weights if kind == "weight" else activations):
+    for site in place(m, exclude.excludes):
+        if not (weights if site.kind == "weight" else activations):
             continue
-        node = g.node[ni]
-        name = node.input[ii]
-        if name not in done:
-            if kind == "weight":
-                w = numpy_helper.to_array(inits[name])
-                axis = _weight_axis(node, ii, w) if per_channel and w.ndim > 1 else None
-                scale = weight_scales(w, axis) if axis is not None else np.array(
-                    max(float(np.abs(w).max()), 1e-12) / 127.0, np.float32)
-                done[name] = _qdq_pair(name, scale, axis, new_nodes, new_inits)
+        node = g.node[site.node]
+        key = (site.tensor, site.scale_of)
+        if key not in done:
+            if site.kind == "weight":
+                w = numpy_helper.to_array(inits[site.tensor])
+                done[key] = _weight_pair(node, site.input, w, per_channel, int8_weights, site.tensor,
+                                         new_nodes, new_inits)
             else:
-                a = amax.get(name)
+                a = amax.get(site.scale_of)
                 if a is None:
-                    missing.add(name)
+                    missing.add(site.scale_of)
                     continue
+                tag = site.tensor if site.scale_of == site.tensor else f"{site.tensor}_as_{site.scale_of}"
                 scale = np.array(max(float(a), 1e-12) / 127.0, np.float32)
-                done[name] = _qdq_pair(name, scale, None, new_nodes, new_inits)
-        rewires.append((ni, ii, done[name]))
-    for ni, ii, new in rewires:
-        node = g.node[ni]
-        node.input[ii] = new
-        if ii == 1 and node.op_type in ("Conv", "ConvTranspose") and node.input[1] in done.values() and \
+                done[key] = _pair(site.tensor, tag, scale, None, new_nodes, new_inits)
+        rewires.append((site, done[key]))
+    for site, new in rewires:
+        node = g.node[site.node]
+        node.input[site.input] = new
+        if site.kind == "weight" and node.op_type in ("Conv", "ConvTranspose") and \
                 not any(a.name == "kernel_shape" for a in node.attribute):
             # a Conv whose weights come out of a DequantizeLinear needs kernel_shape (TensorRT 8.6's parser)
-            w = inits[next(k for k, v in done.items() if v == new)]
-            node.attribute.append(helper.make_attribute("kernel_shape", list(w.dims[2:])))
+            node.attribute.append(helper.make_attribute("kernel_shape", list(inits[site.tensor].dims[2:])))
     if missing:
         log.warning("no scale for %d tensors, left in float: %s", len(missing), ", ".join(sorted(missing)[:5]))
-    # keep a topological order: each Q/DQ pair right before its first consumer
-    pairs = {new_nodes[k].output[0].removesuffix("_quantized"): (new_nodes[k], new_nodes[k + 1])
-             for k in range(0, len(new_nodes), 2)}
+    _order(g, new_nodes)
+    g.initializer.extend(new_inits)
+    if int8_weights:
+        used = {i for n in g.node for i in n.input}
+        keep = [t for t in g.initializer if t.name in used]
+        del g.initializer[:]
+        g.initializer.extend(keep)
+    return m
+
+
+def _order(g, new_nodes: list) -> None:
+    """Keep a topological order: each Q/DQ chain right before its first consumer."""
+    chains: dict[str, list] = {}
+    for n in new_nodes:
+        if n.op_type == "DequantizeLinear":
+            chains[n.output[0]] = []
+    by_out = {n.output[0]: n for n in new_nodes}
+    for out in chains:
+        dq = by_out[out]
+        q = by_out.get(dq.input[0])
+        chains[out] = [q, dq] if q is not None else [dq]
     ordered = []
-    placed = set()
-    for ni, node in enumerate(g.node):
+    for node in g.node:
         for i in node.input:
-            src = i.removesuffix("_dequantized") if i.endswith("_dequantized") else None
-            if src in pairs and src not in placed:
-                ordered += pairs[src]
-                placed.add(src)
+            if i in chains and chains[i]:
+                ordered += chains.pop(i)
         ordered.append(node)
     del g.node[:]
     g.node.extend(ordered)
-    g.initializer.extend(new_inits)
-    return m
 
 
 def count_qdq(model: onnx.ModelProto) -> int:

@@ -166,7 +166,7 @@ def _sensitivity(recipe: Recipe, stage: Path, out: Path) -> None:
             raise CalibError(f"{recipe.source}: sensitivity.per_tensor: unknown algorithm '{a}'")
     algos = list(dict.fromkeys([spec.algorithm, *spec.per_tensor]))
     amaxes, _, _ = compute_all(stats, info.activations, algos,
-                               {"percentile": {"percentile": recipe.calibration.percentile}})
+                               {"percentile": {"percentile": recipe.calibration.percentile}}, model=model_path)
     amax = amaxes[spec.algorithm]
     esrc = make_source(recipe.evaluation_data or recipe.calibration_data, recipe.preprocess, name,
                        recipe.evaluation.batch_size)

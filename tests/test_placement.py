@@ -1,0 +1,161 @@
+"""Q/DQ placement rules and TensorRT's scale ties on small graphs with known answers."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from calib.placement import place
+from calib.qdq import count_qdq, insert_qdq
+from calib.runners.onnxruntime import OrtRunner
+from calib.ties import tie_amax
+
+RNG = np.random.default_rng(0)
+
+
+def _model(nodes, inputs, outputs, inits=(), opset=13):
+    ins = [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in inputs]
+    outs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in outputs]
+    g = helper.make_graph(nodes, "g", ins, outs, [numpy_helper.from_array(v, k) for k, v in inits])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 8
+    return m
+
+
+def _w(o, i, k=1):
+    return RNG.normal(0, 0.3, (o, i, k, k)).astype(np.float32)
+
+
+def _conv(x, w, y, k=1):
+    return helper.make_node("Conv", [x, w], [y], name=y, pads=[k // 2] * 4)
+
+
+def _sites(m):
+    return {(m.graph.node[s.node].name, s.input): (s.kind, s.scale_of) for s in place(m)}
+
+
+def inverted_residual(swap=False):
+    """x0 = Conv(in); e = Clip(Conv(x0)); p = Conv(e); Add(x0, p): both inputs come from Convs (MobileNetV2)."""
+    nodes = [_conv("input", "w0", "x0"), _conv("x0", "w1", "e0"),
+             helper.make_node("Clip", ["e0", "lo", "hi"], ["e"], name="clip"), _conv("e", "w2", "p"),
+             helper.make_node("Add", ["p", "x0"] if swap else ["x0", "p"], ["y"], name="add"),
+             _conv("y", "w3", "out")]
+    inits = [("w0", _w(4, 3)), ("w1", _w(8, 4)), ("w2", _w(4, 8)), ("w3", _w(2, 4)),
+             ("lo", np.array(0, np.float32)), ("hi", np.array(6, np.float32))]
+    return _model(nodes, [("input", [1, 3, 4, 4])], ["out"], inits)
+
+
+def test_residual_add_quantizes_the_skip_connection_when_both_inputs_come_from_convs():
+    s = _sites(inverted_residual())
+    assert ("add", 0) in s and ("add", 1) not in s  # x0, the skip, not the projection Conv's output
+    s = _sites(inverted_residual(swap=True))
+    assert ("add", 1) in s and ("add", 0) not in s
+    assert not any(name == "clip" for name, _ in s)  # nothing between a Conv and its activation
+
+
+def test_silu_branch_is_a_conv_backbone():
+    nodes = [_conv("input", "w0", "x"), _conv("x", "w1", "c"), helper.make_node("Sigmoid", ["c"], ["s"], name="sig"),
+             helper.make_node("Mul", ["c", "s"], ["m"], name="silu"),
+             helper.make_node("Add", ["m", "x"], ["y"], name="add"), _conv("y", "w2", "out")]
+    m = _model(nodes, [("input", [1, 3, 4, 4])], ["out"], [("w0", _w(4, 3)), ("w1", _w(4, 4)), ("w2", _w(2, 4))])
+    s = _sites(m)
+    assert ("add", 1) in s and ("add", 0) not in s
+    assert not any(name in ("sig", "silu") for name, _ in s)
+
+
+def test_decoder_add_without_a_conv_input_stays_float():
+    """YOLO box decoding: xy = Sigmoid(reshaped head) * stride + grid; x2y2 = xy + wh."""
+    nodes = [_conv("input", "w0", "h"), helper.make_node("Reshape", ["h", "shape"], ["r"], name="reshape"),
+             helper.make_node("Sigmoid", ["r"], ["xy"], name="sig"), helper.make_node("Exp", ["r"], ["wh"], name="exp"),
+             helper.make_node("Add", ["xy", "wh"], ["x2y2"], name="x2y2"),
+             helper.make_node("Mul", ["xy", "stride"], ["xys"], name="mul")]
+    m = _model(nodes, [("input", [1, 3, 4, 4])], ["x2y2", "xys"],
+               [("w0", _w(4, 3)), ("shape", np.array([1, 4, 16], np.int64)), ("stride", np.array(8, np.float32))])
+    s = _sites(m)
+    assert set(s) == {("input", 0), ("input", 1)} or set(n for n, _ in s) == {"h"}
+    assert not any(name in ("x2y2", "mul", "sig", "exp", "reshape") for name, _ in s)
+
+
+def upsample_concat():
+    """a = LeakyRelu(Conv(in)); b = Resize(LeakyRelu(Conv(a))); c = Concat(b, a); MaxPool(a); Conv(c)."""
+    nodes = [_conv("input", "w0", "a0"), helper.make_node("LeakyRelu", ["a0"], ["a"], name="lr0", alpha=0.1),
+             _conv("a", "w1", "b0"), helper.make_node("LeakyRelu", ["b0"], ["b1"], name="lr1", alpha=0.1),
+             helper.make_node("Resize", ["b1", "", "scales"], ["b"], name="up", mode="nearest"),
+             helper.make_node("Concat", ["b", "a"], ["c"], name="cat", axis=1),
+             _conv("c", "w2", "out"),
+             helper.make_node("MaxPool", ["a"], ["mp"], name="pool", kernel_shape=[2, 2], strides=[2, 2]),
+             helper.make_node("Reshape", ["mp", "flat"], ["mpr"], name="reshape"),
+             helper.make_node("Gemm", ["mpr", "wg"], ["logits"], name="fc", transB=1)]
+    inits = [("w0", _w(4, 3)), ("w1", _w(4, 4)), ("w2", _w(2, 8)), ("scales", np.array([1, 1, 2, 2], np.float32)),
+             ("flat", np.array([1, -1], np.int64)), ("wg", RNG.normal(0, 0.3, (5, 16)).astype(np.float32))]
+    return _model(nodes, [("input", [1, 3, 4, 4])], ["out", "logits"], inits)
+
+
+def test_concat_inputs_and_value_moving_layers_share_the_output_scale():
+    s = _sites(upsample_concat())
+    assert s[("cat", 0)] == ("act", "c") and s[("cat", 1)] == ("act", "c")
+    assert s[("up", 0)] == ("act", "c")  # through the Resize, the Concat's scale reaches the LeakyRelu output
+    assert s[("out", 0)] == ("act", "c")
+    assert s[("pool", 0)] == ("act", "a")  # pooling runs in INT8 on its input's own scale
+    assert s[("reshape", 0)] == ("act", "mpr")  # carries the Gemm input's scale back to the MaxPool output
+    assert not any(name in ("lr0", "lr1") for name, _ in s)
+
+
+def test_ties_follow_tensorrt():
+    m = upsample_concat()
+    amax = {"input": 1.0, "a0": 3.0, "a": 2.0, "b0": 5.0, "b1": 4.0, "b": 4.5, "c": 9.0, "mp": 1.5, "mpr": 7.0}
+    t = tie_amax(m, amax)
+    assert t["b"] == 4.0  # Resize output: its input's
+    assert t["c"] == 4.0  # Concat output: the largest of its (tied) inputs'
+    assert t["mp"] == 2.0 and t["mpr"] == 2.0  # MaxPool, then Reshape: a chain carries one scale
+    assert t["a0"] == 3.0 and t["a"] == 2.0 and t["b1"] == 4.0  # activations keep their own
+    assert tie_amax(m, t) == t
+
+
+def test_one_scale_per_concat_in_the_qdq_model():
+    m = upsample_concat()
+    amax = {"input": 1.0, "a0": 3.0, "a": 2.0, "b0": 5.0, "b1": 4.0, "b": 4.5, "c": 9.0, "mp": 1.5, "mpr": 7.0}
+    q = insert_qdq(m, amax)
+    scales = {t.name: float(numpy_helper.to_array(t)) for t in q.graph.initializer
+              if t.name.endswith("_scale") and not t.dims}
+    cat = [v for k, v in scales.items() if k.startswith(("b_", "a_as_c", "b1_as_c"))]
+    assert cat and all(np.isclose(v, 4.0 / 127) for v in cat)
+    assert np.isclose(scales["a_scale"], 2.0 / 127)  # the MaxPool input keeps a's own scale
+    assert count_qdq(q) == len({(s.tensor, s.scale_of) for s in place(m) if s.kind == "act"}) + 4
+
+
+def attention():
+    """scores = (x Wq)(x Wk)^T / 2 + mask; Softmax; (.)(x Wv): both batched MatMuls quantized, mask Add not."""
+    mm = lambda a, b, y: helper.make_node("MatMul", [a, b], [y], name=y)  # noqa: E731
+    nodes = [mm("x", "wq", "q"), mm("x", "wk", "k"), mm("x", "wv", "v"),
+             helper.make_node("Transpose", ["k"], ["kt"], name="kt", perm=[0, 2, 1]), mm("q", "kt", "s0"),
+             helper.make_node("Div", ["s0", "two"], ["s1"], name="scale"),
+             helper.make_node("Add", ["s1", "mask"], ["s2"], name="mask_add"),
+             helper.make_node("Softmax", ["s2"], ["p"], name="softmax", axis=-1), mm("p", "v", "o")]
+    inits = [(n, RNG.normal(0, 0.3, (8, 8)).astype(np.float32)) for n in ("wq", "wk", "wv")] + \
+        [("two", np.array(2, np.float32))]
+    return _model(nodes, [("x", [1, 4, 8]), ("mask", [1, 4, 4])], ["o"], inits)
+
+
+def test_attention_matmuls_quantized_softmax_and_mask_float():
+    s = _sites(attention())
+    for name in ("q", "k", "v"):
+        assert s[(name, 0)] == ("act", "x") and s[(name, 1)][0] == "weight"
+    assert ("s0", 0) in s and ("s0", 1) in s and ("o", 0) in s and ("o", 1) in s
+    assert s[("kt", 0)] == ("act", "kt")  # the Transpose carries Q*K^T's input scale back to K
+    assert not any(name in ("mask_add", "softmax", "scale") for name, _ in s)
+
+
+def test_int8_weight_initializers_give_the_same_outputs_and_a_smaller_file():
+    m = inverted_residual()
+    amax = {"input": 1.0, "x0": 2.0, "e": 6.0, "y": 3.0}
+    x = RNG.random((1, 3, 4, 4), dtype=np.float32)
+    a = insert_qdq(m, amax)
+    b = insert_qdq(m, amax, int8_weights=True)
+    assert count_qdq(b) == count_qdq(a) - 4  # no QuantizeLinear on the four weights
+    ints = [t for t in b.graph.initializer if t.data_type == TensorProto.INT8 and t.dims and len(t.dims) == 4]
+    assert len(ints) == 4
+    assert not any(t.name in ("w0", "w1", "w2", "w3") for t in b.graph.initializer)
+    ya = OrtRunner(a, optimize=False).run({"input": x})["out"]
+    yb = OrtRunner(b, optimize=False).run({"input": x})["out"]
+    np.testing.assert_allclose(ya, yb, rtol=0, atol=1e-6)
