@@ -17,7 +17,9 @@ from calib import cache as cachefmt
 from calib.algorithms import registry
 from calib.data.prefetch import prefetch
 from calib.errors import DataError
+from calib.fingerprint import fingerprint_update  # noqa: F401  (re-exported)
 from calib.model import ModelInfo, inspect_model, load_model, relu_bounds
+from calib.nvtx import nvtx_range
 from calib.progress import bar
 from calib.stats import DEFAULT_BINS, HistogramCollector
 from calib.ties import tie_amax
@@ -72,13 +74,6 @@ class CalibrationResult:
         return paths
 
 
-def fingerprint_update(digest, name: str, x: np.ndarray) -> None:
-    """Add one input batch to a data fingerprint (the sidecars' data_fingerprint)."""
-    x = np.ascontiguousarray(x)
-    digest.update(f"{name}{x.shape}{x.dtype}".encode())
-    digest.update(x.data)
-
-
 def relu_outputs(model: str | Path | onnx.ModelProto, info: ModelInfo) -> dict[str, tuple[str, float]]:
     """Activations made by a Relu or Clip(0, hi) from another activation: output -> (input, hi).
 
@@ -124,7 +119,8 @@ def collect(model_path: str | Path, source, micro_batch: int = 8, nbins: int = D
             if name in batch:
                 fingerprint_update(digest, name, batch[name])
 
-    with bar("calibrate", total=total) as pbar, closing(prefetch(source, each=fingerprint)) as batches:
+    with nvtx_range("calib.calibrate"), bar("calibrate", total=total) as pbar, \
+            closing(prefetch(source, each=fingerprint)) as batches:
         for bi, batch in enumerate(batches):
             if bi == 0:
                 check_batch(batch, info, label)

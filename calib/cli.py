@@ -214,19 +214,23 @@ def _shapes(items) -> tuple:
 @click.option("--tactic-sources", help="Comma-separated TacticSource names.")
 @click.option("--ignore-hash", is_flag=True, help="Use a cache whose sidecar names another model.")
 @click.option("--allow-unknown", is_flag=True, help="Use a cache naming tensors the model lacks (ignored).")
+@click.option("--strongly-typed/--weakly-typed", "strongly_typed", default=None,
+              help="Q/DQ models: network typing (default: strongly typed on TensorRT 11+, weakly on 10.x so that "
+                   "fp16 is honoured; a strongly typed FP32 model with fp16 is refused).")
 @_handled
 def build(model, out, cache, calibrator, data, preprocess, precision, layer_precision, layer_precisions_file,
           constraints, batch_size, shapes, workspace_mb, opt_level, timing_cache, tactic_sources, ignore_hash,
-          allow_unknown):
+          allow_unknown, strongly_typed):
     """Build a TensorRT engine from MODEL (FP32/FP16, INT8 from a cache, TensorRT's calibrator or Q/DQ)."""
-    from calib.runners.tensorrt.api import build_engine_file
+    from calib.engine_files import build_engine_file
     from calib.runners.tensorrt.builder import BuildSpec, read_layer_precisions
 
     rules = tuple(layer_precision) + tuple(read_layer_precisions(layer_precisions_file) if layer_precisions_file else ())
     spec = BuildSpec(precisions=tuple(p.strip() for p in precision.split(",") if p.strip()), layer_precisions=rules,
                      constraints=constraints, workspace_mb=workspace_mb, optimization_level=opt_level,
                      timing_cache=timing_cache, batch_size=batch_size, shapes=_shapes(shapes),
-                     tactic_sources=tuple(t.strip() for t in tactic_sources.split(",")) if tactic_sources else None)
+                     tactic_sources=tuple(t.strip() for t in tactic_sources.split(",")) if tactic_sources else None,
+                     strongly_typed=strongly_typed)
     info = build_engine_file(model, out, spec, cache, calibrator, data, preprocess, ignore_hash, allow_unknown)
     counts = ", ".join(f"{k} {v}" for k, v in sorted(info["layer_summary"].items()))
     click.echo(f"wrote {out} ({'+'.join(info['precisions'])}, {info['build_seconds']:.1f} s; layers: {counts})")
@@ -238,17 +242,23 @@ def build(model, out, cache, calibrator, data, preprocess, precision, layer_prec
 @click.option("--iters", default=50, show_default=True, type=click.IntRange(1), help="Runs per timed group.")
 @click.option("--repeats", default=15, show_default=True, type=click.IntRange(1), help="Timed groups (median).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.option("--layers", is_flag=True, help="Also profile every engine layer (IProfiler): time, precision, tactic.")
+@click.option("--top", default=25, show_default=True, type=click.IntRange(1), help="With --layers: rows shown.")
 @_handled
-def bench(engine, batch_size, iters, repeats, as_json):
+def bench(engine, batch_size, iters, repeats, as_json, layers, top):
     """Latency and throughput of a TensorRT ENGINE (CUDA events, median of groups after warm-up)."""
-    from calib.runners.tensorrt.api import bench_engine_file
+    from calib.engine_files import bench_engine_file
 
-    r = bench_engine_file(engine, batch_size, iters=iters, repeats=repeats)
+    r = bench_engine_file(engine, batch_size, iters=iters, repeats=repeats, layers=layers)
     if as_json:
         click.echo(json.dumps(r, indent=2))
-    else:
-        click.echo(f"{engine}: batch {r['batch']}, median {r['median_ms']:.4f} ms "
-                   f"(min {r['min_ms']:.4f}, max {r['max_ms']:.4f}), {r['throughput_per_s']:.0f} samples/s")
+        return
+    click.echo(f"{engine}: batch {r['batch']}, median {r['median_ms']:.4f} ms "
+               f"(min {r['min_ms']:.4f}, max {r['max_ms']:.4f}), {r['throughput_per_s']:.0f} samples/s")
+    if layers:
+        from calib.runners.tensorrt.profile import format_table
+
+        click.echo(format_table(r["profile"], top))
 
 
 @main.group()

@@ -104,7 +104,7 @@ def _run(recipe: Recipe, stage: Path) -> None:
     input_name = info.inputs[0][0]
     c = recipe.calibration
     if recipe.backend.kind == "tensorrt":
-        from calib.runners.tensorrt.engines import check
+        from calib.engine_jobs import check
 
         check(recipe)
     csrc = make_source(recipe.calibration_data, recipe.preprocess, input_name, c.batch_size)
@@ -131,7 +131,7 @@ def _run(recipe: Recipe, stage: Path) -> None:
     esrc = make_source(espec, recipe.preprocess, input_name, ebatch)
     configs, exclude, engines, es = dict(amax), {}, {}, None
     if trt_backend:
-        from calib.runners.tensorrt import engines as trt_engines
+        from calib import engine_jobs as trt_engines
 
         csrc_trt = make_source(recipe.calibration_data, recipe.preprocess, input_name, recipe.backend.batch_size)
         es = trt_engines.build_engines(recipe, model_path, info, amax, csrc_trt, stage)

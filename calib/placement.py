@@ -38,6 +38,10 @@ class Site:
     kind: str  # "act" | "weight"
     tensor: str  # the tensor quantized on that edge
     scale_of: str  # the tensor whose amax gives the scale (itself, or a Concat's output)
+    group: tuple = ()  # Concat outputs whose largest amax the scale is (one scale for a whole Concat group)
+
+    def scale_from(self) -> tuple:
+        return self.group or (self.scale_of,)
 
 
 def _backbone(g: Graph, tensor: str, depth: int = 4) -> int | None:
@@ -162,8 +166,46 @@ def _spread(g: Graph, sites: list[Site], excluded) -> list[Site]:
     return out
 
 
+def _groups(g: Graph, sites: list[Site]) -> list[Site]:
+    """One scale for every tensor joined to a quantized Concat through value-moving layers.
+
+    A tensor that feeds a Concat and also another quantized layer (YOLOv8's C2f: a Split output read by a residual
+    Add and by the Concat) then gets one Q/DQ, not two with different scales and a re-quantization between them."""
+    parent: dict[str, str] = {}
+
+    def find(t):
+        while parent.get(t, t) != t:
+            t = parent[t]
+        return t
+
+    def union(a, b):
+        ra, rb = find(a), find(b)
+        if ra != rb:
+            parent[ra] = rb
+
+    acts = [s for s in sites if s.kind == "act"]
+    quantized = {s.tensor for s in acts}
+    for s in acts:
+        union(s.tensor, s.scale_of)
+    for node in g.nodes:  # a value-moving layer with both sides quantized: one scale across it
+        if node.op_type in CARRIERS and node.input and node.input[0] in quantized:
+            for y in node.output:
+                if y in quantized:
+                    union(node.input[0], y)
+    members: dict[str, set] = {}
+    for t in quantized | {s.scale_of for s in acts}:
+        members.setdefault(find(t), set()).add(t)
+    concats = {root: ts for root, ts in members.items()
+               if any(g.producer.get(t) is not None and g.nodes[g.producer[t]].op_type == CONCAT for t in ts)}
+    out = []
+    for s in sites:
+        members = concats.get(find(s.tensor)) if s.kind == "act" else None
+        out.append(Site(s.node, s.input, s.kind, s.tensor, s.scale_of, tuple(sorted(members))) if members else s)
+    return out
+
+
 def place(model: onnx.ModelProto, excluded=lambda node: False) -> list[Site]:
     """Every edge TensorRT should see quantized, in graph order."""
     g = Graph.of(model)
-    sites = _spread(g, _seeds(model, g, excluded), excluded)
+    sites = _groups(g, _spread(g, _seeds(model, g, excluded), excluded))
     return sorted(sites, key=lambda s: (s.node, s.input))

@@ -112,19 +112,20 @@ def insert_qdq(model: onnx.ModelProto, amax: dict, exclude: Exclusions = Exclusi
         if not (weights if site.kind == "weight" else activations):
             continue
         node = g.node[site.node]
-        key = (site.tensor, site.scale_of)
+        src = site.scale_from()
+        key = (site.tensor, src)
         if key not in done:
             if site.kind == "weight":
                 w = numpy_helper.to_array(inits[site.tensor])
                 done[key] = _weight_pair(node, site.input, w, per_channel, int8_weights, site.tensor,
                                          new_nodes, new_inits)
             else:
-                a = amax.get(site.scale_of)
-                if a is None:
-                    missing.add(site.scale_of)
+                if any(t not in amax for t in src):
+                    missing.update(t for t in src if t not in amax)
                     continue
-                tag = site.tensor if site.scale_of == site.tensor else f"{site.tensor}_as_{site.scale_of}"
-                scale = np.array(max(float(a), 1e-12) / 127.0, np.float32)
+                a = max(float(amax[t]) for t in src)
+                tag = site.tensor if src == (site.tensor,) else f"{site.tensor}_as_{src[0]}"
+                scale = np.array(max(a, 1e-12) / 127.0, np.float32)
                 done[key] = _pair(site.tensor, tag, scale, None, new_nodes, new_inits)
         rewires.append((site, done[key]))
     for site, new in rewires:

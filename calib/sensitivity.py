@@ -202,7 +202,7 @@ def _sensitivity(recipe: Recipe, stage: Path, out: Path) -> None:
         write_cache(stage / "per_tensor.cache", amax, recipe.calibration.trt_version, recipe.calibration.carrier)
     engine = None
     if recipe.backend.kind == "tensorrt":
-        from calib.runners.tensorrt.verify import engine_search
+        from calib.engine_search import engine_search
 
         engine = engine_search(scorer, ranking, target, model_path, amaxes[spec.algorithm], recipe, overrides)
     log.info("%s: FP32 %.4g, INT8 %.4g; %d layers in %s reach %.4g (budget %.4g)", spec.metric,

@@ -138,7 +138,7 @@ def test_engine_search_on_the_standin_finds_the_sensitive_layer(tmp_path):
     simulation. The stand-in's INT8 engines run the Q/DQ simulation of the layers they hold in INT8, so the
     engine's scores must equal the simulation's, and the answer must be convB."""
     from calib.recipe import load_recipe
-    from calib.runners.tensorrt.verify import engine_search, pin_rules
+    from calib.engine_search import engine_search, pin_rules
     from standin.tensorrt import Memory, make_trt
 
     p = sensitive_model(tmp_path / "s.onnx")
@@ -171,7 +171,7 @@ def test_engine_search_on_the_standin_finds_the_sensitive_layer(tmp_path):
 
 def test_engine_scorer_drops_a_pin_that_matches_no_layer(tmp_path):
     from calib.runners.tensorrt.builder import BuildSpec
-    from calib.runners.tensorrt.verify import EngineScorer
+    from calib.engine_search import EngineScorer
     from standin.tensorrt import Memory, make_trt
 
     p = sensitive_model(tmp_path / "s.onnx")

@@ -35,3 +35,21 @@ def test_module_list_is_complete():
     for m in ("calib.cli", "calib.stats", "calib.cache", "calib.qdq", "calib.zoo", "calib.darknet",
               "calib.runners.onnxruntime", "calib.evaluate.metrics", "calib.data.images"):
         assert m in mods
+
+
+ABOVE_BACKENDS = ("calib.calibrate", "calib.fallback", "calib.sensitivity", "calib.pipeline", "calib.engine_jobs",
+                  "calib.engine_search", "calib.engine_files", "calib.evaluate", "calib.recipe")
+
+
+def test_backends_only_run_build_and_calibrate():
+    """No module under calib/runners imports the work that strings steps together (it lives above them)."""
+    import ast
+    from pathlib import Path
+
+    bad = []
+    for path in sorted((Path(calib.__file__).parent / "runners").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [node.module or ""] if isinstance(node, ast.ImportFrom) else \
+                [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            bad += [f"{path.name}: {n}" for n in names if n.startswith(ABOVE_BACKENDS)]
+    assert not bad, bad

@@ -34,6 +34,10 @@ def _sites(m):
     return {(m.graph.node[s.node].name, s.input): (s.kind, s.scale_of) for s in place(m)}
 
 
+def _groups(m):
+    return {(m.graph.node[s.node].name, s.input): s.group for s in place(m)}
+
+
 def inverted_residual(swap=False):
     """x0 = Conv(in); e = Clip(Conv(x0)); p = Conv(e); Add(x0, p): both inputs come from Convs (MobileNetV2)."""
     nodes = [_conv("input", "w0", "x0"), _conv("x0", "w1", "e0"),
@@ -72,7 +76,7 @@ def test_decoder_add_without_a_conv_input_stays_float():
     m = _model(nodes, [("input", [1, 3, 4, 4])], ["x2y2", "xys"],
                [("w0", _w(4, 3)), ("shape", np.array([1, 4, 16], np.int64)), ("stride", np.array(8, np.float32))])
     s = _sites(m)
-    assert set(s) == {("input", 0), ("input", 1)} or set(n for n, _ in s) == {"h"}
+    assert {n for n, _ in s} == {"h"}  # the head Conv's input and weight, nothing after it
     assert not any(name in ("x2y2", "mul", "sig", "exp", "reshape") for name, _ in s)
 
 
@@ -96,9 +100,12 @@ def test_concat_inputs_and_value_moving_layers_share_the_output_scale():
     assert s[("cat", 0)] == ("act", "c") and s[("cat", 1)] == ("act", "c")
     assert s[("up", 0)] == ("act", "c")  # through the Resize, the Concat's scale reaches the LeakyRelu output
     assert s[("out", 0)] == ("act", "c")
-    assert s[("pool", 0)] == ("act", "a")  # pooling runs in INT8 on its input's own scale
-    assert s[("reshape", 0)] == ("act", "mpr")  # carries the Gemm input's scale back to the MaxPool output
+    assert s[("pool", 0)][0] == "act" and s[("reshape", 0)][0] == "act"
     assert not any(name in ("lr0", "lr1") for name, _ in s)
+    groups = _groups(upsample_concat())
+    one = {groups[k] for k in [("cat", 0), ("cat", 1), ("up", 0), ("out", 0), ("pool", 0), ("reshape", 0), ("fc", 0)]}
+    assert one == {("a", "b", "b1", "c", "mp", "mpr")}  # joined through the Concat and the value-moving layers
+    assert groups[("a0", 0)] == ()  # the first Conv's input is on its own
 
 
 def test_ties_follow_tensorrt():
@@ -118,10 +125,11 @@ def test_one_scale_per_concat_in_the_qdq_model():
     q = insert_qdq(m, amax)
     scales = {t.name: float(numpy_helper.to_array(t)) for t in q.graph.initializer
               if t.name.endswith("_scale") and not t.dims}
-    cat = [v for k, v in scales.items() if k.startswith(("b_", "a_as_c", "b1_as_c"))]
-    assert cat and all(np.isclose(v, 4.0 / 127) for v in cat)
-    assert np.isclose(scales["a_scale"], 2.0 / 127)  # the MaxPool input keeps a's own scale
-    assert count_qdq(q) == len({(s.tensor, s.scale_of) for s in place(m) if s.kind == "act"}) + 4
+    # b1 -> Resize -> Concat <- a -> MaxPool -> Reshape -> Gemm: one group, one scale (the Concat's, tied: 4.0)
+    group = [k for k in scales if k.split("_as_")[0] in ("a", "b", "b1", "mp", "mpr", "c")]
+    assert len(group) == 6 and all(np.isclose(scales[k], 4.0 / 127) for k in group)
+    assert np.isclose(scales["input_scale"], 1.0 / 127)
+    assert count_qdq(q) == 7 + 4  # input, b1, b, a, c, mp, mpr; four weights
 
 
 def attention():

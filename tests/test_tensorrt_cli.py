@@ -41,6 +41,18 @@ def test_build_from_a_calib_cache_then_bench(tmp_path):
     r = calib_cli("bench", eng, "--json", "--iters", "2", "--repeats", "3")
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["batch"] == 8
+    r = calib_cli("bench", eng, "--json", "--iters", "5", "--repeats", "2", "--layers")
+    assert r.returncode == 0, r.stderr
+    prof = json.loads(r.stdout)["profile"]
+    # every engine layer of the inspector, with its time (the stand-in reports 1 us x its index), precision, tactic
+    names = [la["name"] for la in side["layers"]]
+    assert [row["name"] for row in prof["layers"]] == names
+    assert [row["ms"] for row in prof["layers"]] == pytest.approx([0.001 * (i + 1) for i in range(len(names))])
+    assert {row["precision"] for row in prof["layers"]} == {la["precision"] for la in side["layers"]}
+    assert sum(row["share"] for row in prof["layers"]) == pytest.approx(1.0, abs=1e-3)
+    r = calib_cli("bench", eng, "--iters", "5", "--repeats", "2", "--layers", "--top", "3")
+    assert r.returncode == 0, r.stderr
+    assert "| engine layer | precision | ms | share | tactic |" in r.stdout and names[-1] in r.stdout
 
 
 def test_build_with_tensorrt_calibrator_writes_its_cache(tmp_path):

@@ -183,11 +183,33 @@ def test_qdq_model_builds_explicitly(tmp_path, cnn_data):
         assert built.info["explicit_qdq"]
         cfg = trt.builds[-1]["config"]
         net = trt.builds[-1]["network"]
-        if version == "8.6.0":
-            assert trt.BuilderFlag.INT8 in cfg.flags and cfg.int8_calibrator is None
-        else:  # strongly typed: the types come from the Q/DQ nodes
-            assert net.flags & (1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED))
+        typed = bool(net.flags & (1 << int(getattr(trt.NetworkDefinitionCreationFlag, "STRONGLY_TYPED", 31))))
+        assert built.info["strongly_typed"] == typed == (version == "11.0.0")
+        if typed:  # the types come from the Q/DQ nodes and the model
             assert trt.BuilderFlag.INT8 not in cfg.flags
+        else:
+            assert trt.BuilderFlag.INT8 in cfg.flags and cfg.int8_calibrator is None
+
+
+def test_fp16_in_a_strongly_typed_build_is_honoured_or_refused(tmp_path, cnn_data):
+    from calib.qdq import insert_qdq
+    import onnx
+
+    res = calibrate(CNN, cnn_data, ["minmax"], batch_size=8)
+    q = tmp_path / "cnn.qdq.onnx"
+    onnx.save(insert_qdq(onnx.load(str(CNN)), res.amax["minmax"]), str(q))
+    trt, mem = _trt("10.3.0")
+    built = build(q, BuildSpec(precisions=("int8", "fp16"), batch_size=8), None, trt, mem)
+    assert trt.BuilderFlag.FP16 in trt.builds[-1]["config"].flags and not built.info["strongly_typed"]
+    assert built.info["precisions"] == ["int8", "fp16"]
+    with pytest.raises(CalibError, match="fp16 precision cannot be honoured"):
+        build(q, BuildSpec(precisions=("int8", "fp16"), batch_size=8, strongly_typed=True), None, trt, mem)
+    trt11, mem11 = _trt("11.0.0")
+    with pytest.raises(CalibError, match="FP32 here"):
+        build(q, BuildSpec(precisions=("int8", "fp16"), batch_size=8), None, trt11, mem11)
+    trt86, mem86 = _trt("8.6.0")
+    with pytest.raises(CalibError, match="no strongly typed networks"):
+        build(q, BuildSpec(precisions=("int8",), batch_size=8, strongly_typed=True), None, trt86, mem86)
 
 
 def test_engine_written_atomically_with_its_sidecar(tmp_path):

@@ -15,6 +15,7 @@ import onnx
 import calib
 from calib.errors import CalibError, ModelError
 from calib.io import atomic_write_bytes, atomic_write_json, sha256_file
+from calib.nvtx import nvtx_range
 from calib.runners.tensorrt import compat
 from calib.runners.tensorrt.inspect import parse_layers, summary
 
@@ -36,6 +37,7 @@ class BuildSpec:
     shapes: tuple[tuple[str, tuple[int, ...]], ...] = ()  # explicit input shapes (else batch_size + model dims)
     mark_outputs: tuple[str, ...] = ()  # extra outputs: tensor names, or "*" for every float tensor
     tactic_sources: tuple[str, ...] | None = None  # TacticSource names; None: TensorRT's default or $CALIB_TRT_TACTIC_SOURCES
+    strongly_typed: bool | None = None  # Q/DQ models: None = TensorRT 11+ strongly typed, 10.x weakly (FP16 flag kept)
 
 
 def parse_layer_precisions(items) -> list[tuple[str, str]]:
@@ -250,7 +252,7 @@ def build(model_path, spec: BuildSpec = BuildSpec(), calibrator=None, trt=None, 
     rules = parse_layer_precisions(spec.layer_precisions)
     onnx_model = onnx.load(str(model_path), load_external_data=False)
     explicit = has_qdq(onnx_model)
-    strongly_typed = explicit and compat.version(trt)[0] >= 10
+    strongly_typed = _strongly_typed(trt, spec, explicit, onnx_model, model_path)
     if "int8" in spec.precisions and not explicit:
         compat.check_implicit_int8(trt)
     logger = trt_logger(trt)
@@ -272,7 +274,8 @@ def build(model_path, spec: BuildSpec = BuildSpec(), calibrator=None, trt=None, 
         cfg.set_flag(getattr(trt.BuilderFlag, flag))
     t0 = time.perf_counter()
     try:
-        plan = compat.build_plan(builder, network, cfg)
+        with nvtx_range(f"calib.build {model_path.name}"):
+            plan = compat.build_plan(builder, network, cfg)
     finally:
         if calibrator is not None and hasattr(calibrator, "release"):
             calibrator.release()
@@ -288,6 +291,7 @@ def build(model_path, spec: BuildSpec = BuildSpec(), calibrator=None, trt=None, 
     layers = engine_layers(trt, plan)
     info = {"tensorrt": trt.__version__, "gpu": cuda.name(), "calib_version": calib.__version__, "model": str(model_path),
             "model_sha256": sha256_file(model_path), "precisions": list(precisions), "explicit_qdq": explicit,
+            "strongly_typed": strongly_typed,
             "layer_precisions": [f"{p}={q}" for p, q in rules], "layers_set": applied,
             "constraints": spec.constraints, "optimization_level": spec.optimization_level,
             "input_shapes": {n: list(s) for n, (_, s) in shapes.items()}, "marked_outputs": marked,
@@ -296,6 +300,30 @@ def build(model_path, spec: BuildSpec = BuildSpec(), calibrator=None, trt=None, 
     log.info("built %s engine in %.1f s (%s)", "+".join(precisions), secs,
              ", ".join(f"{k} {v}" for k, v in sorted(info["layer_summary"].items())))
     return Built(plan, secs, layers, info)
+
+
+def float_type(model: onnx.ModelProto) -> str:
+    """'fp16' when the model's float inputs and float initializers are all FP16, else 'fp32'."""
+    f16, f32 = onnx.TensorProto.FLOAT16, onnx.TensorProto.FLOAT
+    types = [i.type.tensor_type.elem_type for i in model.graph.input] + \
+        [t.data_type for t in model.graph.initializer if t.data_type in (f16, f32) and len(t.dims) > 0]
+    return "fp16" if types and all(t != f32 for t in types) and f16 in types else "fp32"
+
+
+def _strongly_typed(trt, spec: BuildSpec, explicit: bool, model: onnx.ModelProto, path: Path) -> bool:
+    """Whether to build a strongly typed network, refusing what such a build cannot honour.
+
+    A strongly typed network runs every layer in the types the ONNX model states: the FP16 flag means nothing there,
+    so an FP32 Q/DQ model would run its float layers in FP32 while the engine's sidecar said fp16."""
+    major = compat.version(trt)[0]
+    want = spec.strongly_typed if spec.strongly_typed is not None else (explicit and major >= 11)
+    if want and major < 10:
+        raise CalibError(f"TensorRT {trt.__version__} has no strongly typed networks (10.0+): build without it")
+    if want and "fp16" in spec.precisions and float_type(model) == "fp32":
+        raise CalibError(f"{path}: a strongly typed build runs the float layers in the model's own types (FP32 "
+                         "here), so the fp16 precision cannot be honoured: drop fp16, build weakly typed "
+                         "(TensorRT 10: --weakly-typed), or give a Q/DQ model whose float layers are FP16")
+    return bool(want)
 
 
 def _calibrator_info(c) -> dict | None:

@@ -16,7 +16,7 @@ import numpy as np
 
 import calib
 from calib import cache as cachefmt
-from calib.calibrate import fingerprint_update
+from calib.fingerprint import fingerprint_update
 from calib.errors import CacheError, CalibError, DataError
 from calib.io import atomic_write_bytes
 from calib.runners.tensorrt import compat

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from calib.errors import CalibError, DataError
+from calib.nvtx import nvtx_range
 from calib.runners.tensorrt import compat
 
 log = logging.getLogger(__name__)
@@ -93,6 +94,10 @@ class TrtRunner:
         return int(n)
 
     def run(self, batch: Mapping[str, np.ndarray], outputs: Sequence[str] | None = None) -> dict[str, np.ndarray]:
+        with nvtx_range("calib.run"):
+            return self._run(batch, outputs)
+
+    def _run(self, batch, outputs) -> dict[str, np.ndarray]:
         n = self._feed(batch)
         self.execute(self.stream)
         self.cuda.sync(self.stream)
@@ -109,6 +114,10 @@ class TrtRunner:
     def latency(self, batch: Mapping[str, np.ndarray], warmup: int = 50, iters: int = 50,
                 repeats: int = 15) -> dict:
         """Median over `repeats` groups of `iters` back-to-back runs (CUDA events), after `warmup` runs."""
+        with nvtx_range("calib.bench"):
+            return self._latency(batch, warmup, iters, repeats)
+
+    def _latency(self, batch, warmup, iters, repeats) -> dict:
         n = self._feed(batch)
         for _ in range(warmup):
             self.execute(self.stream)

@@ -58,8 +58,9 @@ def build_engine_file(model, out, spec: BuildSpec, cache=None, calibrator: str |
 
 
 def bench_engine_file(engine, batch_size: int | None = None, warmup: int = 50, iters: int = 50, repeats: int = 15,
-                      trt=None, cuda=None) -> dict:
-    """Latency of an engine file on random inputs (median over repeats of back-to-back runs)."""
+                      trt=None, cuda=None, layers: bool = False) -> dict:
+    """Latency of an engine file on random inputs (median over repeats of back-to-back runs); with `layers`, also
+    the per-layer profile (calib.runners.tensorrt.profile) under "profile"."""
     from calib.runners.tensorrt.runner import TrtRunner
 
     r = TrtRunner(engine, trt, cuda)
@@ -74,6 +75,11 @@ def bench_engine_file(engine, batch_size: int | None = None, warmup: int = 50, i
                                      f"{r.min_batch[name]}..{shape[0]}")
                 shape[0] = batch_size
             batch[name] = rng.standard_normal(shape).astype(r.dtypes[name])
-        return {"engine": str(engine), **r.latency(batch, warmup, iters, repeats)}
+        out = {"engine": str(engine), **r.latency(batch, warmup, iters, repeats)}
+        if layers:
+            from calib.runners.tensorrt.profile import profile_layers
+
+            out["profile"] = profile_layers(r, batch, runs=max(5, min(iters, 50)))
+        return out
     finally:
         r.close()
