@@ -337,9 +337,10 @@ def cache_diff(a, b, top):
 @click.option("--exclude", multiple=True, help="Keep in float: node/output name glob or op:<OpType>.")
 @click.option("--ignore-hash", is_flag=True, help="Use a cache whose sidecar names another model.")
 @click.option("--allow-unknown", is_flag=True, help="Use a cache naming tensors the model lacks (ignored).")
+@click.option("--int8-weights", is_flag=True, help="Q/DQ: store weights as INT8 initializers (4x smaller file).")
 @click.option("--out", "-o", required=True, type=click.Path(dir_okay=False))
 @_handled
-def cache_convert(file, model, fmt, carrier, trt_version, exclude, ignore_hash, allow_unknown, out):
+def cache_convert(file, model, fmt, carrier, trt_version, exclude, ignore_hash, allow_unknown, int8_weights, out):
     """Turn a cache into a Q/DQ ONNX model (TensorRT explicit quantization) or relabel its header."""
     from calib.cache import check_model_hash, read_cache, validate_against, write_cache
     from calib.io import atomic_write_bytes
@@ -354,7 +355,7 @@ def cache_convert(file, model, fmt, carrier, trt_version, exclude, ignore_hash, 
         write_cache(out, c.amaxes(), trt_version or c.version, carrier)
         click.echo(f"wrote {out}")
         return
-    q = insert_qdq(load_model(model), c.amaxes(), excluded_from(exclude))
+    q = insert_qdq(load_model(model), c.amaxes(), excluded_from(exclude), int8_weights=int8_weights)
     atomic_write_bytes(out, q.SerializeToString())
     click.echo(f"wrote {out} ({count_qdq(q)} Q/DQ pairs)")
 

@@ -154,7 +154,7 @@ def _run(recipe: Recipe, stage: Path) -> None:
     summ = summary(result, candidates=list(c.algorithms))
     best = summ["best"]
     qdq_name = f"{Path(model_path).stem}.{best}.qdq.onnx"
-    q = insert_qdq(onnx.load(str(model_path)), amax[best])
+    q = insert_qdq(onnx.load(str(model_path)), amax[best], int8_weights=c.int8_weights)
     atomic_write_bytes(stage / qdq_name, q.SerializeToString())
     files += [qdq_name, "report.json", "report.md", "report.html", "run.log"]
     report = {"recipe": recipe.name, "recipe_file": recipe.source, "calib_version": calib.__version__,

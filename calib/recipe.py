@@ -54,6 +54,7 @@ class CalibrationSpec:
     batch_size: int = 8
     percentile: float = 99.99
     equalize: bool = False  # cross-layer range equalization of the FP32 model first (calib/equalize.py)
+    int8_weights: bool = False  # the Q/DQ model stores weights as INT8 initializers behind a DequantizeLinear
     trt_version: str = "8600"
     carrier: str = field(default="EntropyCalibration2", metadata={
         "choices": ("EntropyCalibration2", "EntropyCalibration", "MinMaxCalibration", "LegacyCalibration")})

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
@@ -167,3 +168,18 @@ def test_int8_weight_initializers_give_the_same_outputs_and_a_smaller_file():
     ya = OrtRunner(a, optimize=False).run({"input": x})["out"]
     yb = OrtRunner(b, optimize=False).run({"input": x})["out"]
     np.testing.assert_allclose(ya, yb, rtol=0, atol=1e-6)
+
+
+def test_every_cache_calib_writes_carries_the_ties(tmp_path, tiny_model, tiny_data):
+    """MaxPool and Flatten outputs take their inputs' scale in every algorithm's cache, as in TensorRT's own."""
+    from calib.cache import read_cache
+    from calib.calibrate import calibrate
+
+    res = calibrate(tiny_model, tiny_data, ["minmax", "entropy", "percentile", "mse"], out=tmp_path)
+    for algo, amax in res.amax.items():
+        c = read_cache(tmp_path / f"{algo}.cache").scales
+        assert c["pool1"] == c["relu1"] and c["flat"] == c["gap"], algo
+        assert amax["pool1"] == amax["relu1"]
+    gap_own = res.stats.histogram("gap")  # the GlobalAveragePool output keeps its own (smaller) range
+    assert res.amax["minmax"]["gap"] == pytest.approx(gap_own.absmax, rel=1e-6)
+    assert res.amax["minmax"]["gap"] < res.amax["minmax"]["add1"]
