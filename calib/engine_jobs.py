@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from calib.errors import RecipeError
+from calib.io import atomic_write_text
 from calib.evaluate.report import primary_score
 from calib.fallback import quantizable_layers
 from calib.qdq import Exclusions
@@ -17,6 +18,7 @@ from calib.runners.tensorrt import compat
 from calib.runners.tensorrt.builder import BuildSpec, Built, build, read_layer_precisions, write_engine
 from calib.runners.tensorrt.calibrators import cache_calibrator, make_calibrator, sample_shapes
 from calib.runners.tensorrt.inspect import node_precisions
+from calib.runners.tensorrt.profile import format_table, profile_layers
 from calib.runners.tensorrt.runner import TrtRunner
 
 log = logging.getLogger(__name__)
@@ -30,6 +32,7 @@ class EngineSet:
     caches: dict = field(default_factory=dict)  # name -> the cache file an INT8 engine was built from
     predict: dict = field(default_factory=dict)  # "<algo>@engine" -> (algo, Exclusions)
     info: dict = field(default_factory=dict)
+    profiles: dict = field(default_factory=dict)  # INT8 engine name -> its per-layer profile
 
 
 def layer_precision_rules(recipe: Recipe) -> tuple[str, ...]:
@@ -118,6 +121,26 @@ def time_engines(es: EngineSet, source, batch_size: int) -> None:
                                     "calibrator": built.info["calibrator"], "cache": es.caches.get(name),
                                     "latency": r.latency(batch)}
         log.info("%s: %.4f ms per batch of %d", name, es.info["engines"][name]["latency"]["median_ms"], batch_size)
+        if name.startswith("trt-int8-") and not name.endswith(MARKED):
+            prof = profile_layers(r, batch, runs=10, warmup=3)
+            top = sorted(prof["layers"], key=lambda row: -row["ms"])[:15]
+            es.info["engines"][name]["profile"] = {**{k: v for k, v in prof.items() if k != "layers"},
+                                                   "slowest_layers": top}
+            es.profiles[name] = prof
+
+
+def write_profiles(es: EngineSet, stage: Path) -> list[str]:
+    """engine-profile.md: per-layer time, precision and tactic of every INT8 engine (IProfiler), slowest first."""
+    if not es.profiles:
+        return []
+    parts = ["# Per-layer profile of the INT8 engines", "",
+             "TensorRT's IProfiler over profiled runs (synchronous, so the sum is a little above the engine's latency); "
+             "precision and tactic from the engine inspector. Fused network layers are named inside each engine layer.",
+             ""]
+    for name, prof in es.profiles.items():
+        parts += [f"## {name}", "", format_table(prof, 30), ""]
+    atomic_write_text(stage / "engine-profile.md", "\n".join(parts))
+    return ["engine-profile.md"]
 
 
 def write_best(es: EngineSet, evaluation: dict, stage: Path, stem: str) -> str | None:

@@ -147,6 +147,7 @@ def _run(recipe: Recipe, stage: Path) -> None:
                                      recipe.backend.batch_size)
             engine_file = trt_engines.write_best(es, result, stage, Path(model_path).stem)
             files += [engine_file, f"{engine_file}.json"] if engine_file else []
+            files += trt_engines.write_profiles(es, stage)
     finally:
         if es is not None:
             trt_engines.close(es)

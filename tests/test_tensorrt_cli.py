@@ -138,6 +138,11 @@ output: out
     assert "## TensorRT engines (8.6.0" in md and "trt-int8-percentile" in md
     assert "## Worst layers (trt-int8-percentile-marked: a perturbed engine)" in md
     assert rep["summary"]["best"] in ("minmax", "percentile")  # the Q/DQ model comes from an algorithm
+    prof = t["engines"]["trt-int8-minmax"]["profile"]  # every INT8 engine profiled per layer (IProfiler)
+    assert prof["runs"] == 10 and prof["slowest_layers"][0]["ms"] >= prof["slowest_layers"][-1]["ms"]
+    text = (out / "engine-profile.md").read_text()
+    assert "## trt-int8-minmax" in text and "## trt-int8-percentile-marked" not in text
+    assert "| engine layer | precision | ms | share | tactic |" in text
 
 
 def test_sensitivity_with_tensorrt_backend_verifies_on_engines(tmp_path):
