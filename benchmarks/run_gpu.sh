@@ -3,6 +3,11 @@
 # requirements-device.txt wheels for Python 3.10, from the repository root:
 #   bash benchmarks/run_gpu.sh tests|table|table2|table-fallback|table-eq|sens-engine|yolo OUT PHOTOS
 # PHOTOS: the 256 golden photos (tests/golden/trt86-h200/make_calib_data.py writes them).
+#   bash benchmarks/run_gpu.sh qdq OUT MODEL [JOBS]     issue 22's table for one model (mbv2|yolov3-tiny|yolov8n);
+#   JOBS: a comma list of fp16,implicit,calib-qdq,modelopt-qdq (built in that order; default all). Data: what
+#   benchmarks/qdq_prepare.py wrote, staged as an extra (/opt/extra/qdq22, or $QDQ_DATA). Results accumulate in
+#   /tmp/qdq22/MODEL across calls on one machine (engines already measured are kept); each call copies them to
+#   OUT/qdq-MODEL/ (table.json, table.md, layers.json, profile.json) and logs to OUT/qdq-MODEL.log.
 set -uo pipefail
 step=$1 out=$2 photos=${3:-photos_224.npy}
 py=${PYTHON:-python3.10}
@@ -48,5 +53,15 @@ case $step in
       --set backend.optimization_level=1 -o runs/yolo-trt >> "$out/yolo.log" 2>&1
     echo "exit $?" >> "$out/yolo.log"; tail -30 "$out/yolo.log"
     tar czf "$out/yolo-trt.tgz" --exclude='*.engine' --exclude='*.onnx' -C runs yolo-trt
+    ;;
+  qdq)  # issue 22: FP16, implicit INT8 from calib's best cache, calib's and ModelOpt's Q/DQ models from it
+    m=$3 res=/tmp/qdq22/$3
+    timeout 560 $py benchmarks/qdq_table.py --model "$m" --data "${QDQ_DATA:-/opt/extra/qdq22}" --out "$res" \
+      --opt-level 3 --only "${4:-fp16,implicit,calib-qdq,modelopt-qdq}" --deadline-s "${QDQ_DEADLINE:-480}" \
+      > "$out/qdq-$m.log" 2>&1
+    echo "exit $?" >> "$out/qdq-$m.log"
+    mkdir -p "$out/qdq-$m"
+    for f in table.json table.md layers.json profile.json; do [ -f "$res/$f" ] && cp "$res/$f" "$out/qdq-$m/"; done
+    grep -v 'it/s' "$out/qdq-$m.log" | tail -14
     ;;
 esac
