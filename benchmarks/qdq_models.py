@@ -30,7 +30,8 @@ class BenchModel:
 
 MODELS = {
     "mbv2": BenchModel("mbv2", "input", 224, 32, "classification", None, True, 0, "percentile",
-                       "torchvision MobileNetV2 (tests/golden/trt86-h200), 256 golden photos (calibration = evaluation)"),
+                       "torchvision MobileNetV2 (tests/golden/trt86-h200), 256 golden photos "
+                       "(calibration = evaluation)"),
     "yolov3-tiny": BenchModel("yolov3-tiny", "images", 416, 16, "detection", "yolov3", False, 127, "mse",
                               "zoo yolov3-tiny (Darknet COCO), 416 letterbox pad 127 as recipes/yolo.yaml"),
     "yolov8n": BenchModel("yolov8n", "images", 320, 16, "detection", "yolov8", False, 114, "mse",

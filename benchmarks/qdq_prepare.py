@@ -9,7 +9,8 @@ Writes, under OUT (git-ignored):
   qdq22/                      what the GPU machine needs (stage it as an extra: it lands at /opt/extra/qdq22)
     manifest.json             what each file is, the best cache per model and why, ModelOpt's version and command
     <model>/model.onnx        FP32 ONNX (YOLOv8n: input fixed to 320x320)
-    <model>/eval_u8.npy       evaluation images, uint8 NHWC after resize/letterbox (qdq_models.to_input does the rest)
+    <model>/eval_u8.npz       evaluation images (key images), uint8 NHWC after resize/letterbox (qdq_models.to_input
+                              does the rest), compressed
     <model>/<algo>.cache/.json calib's caches and sidecars (minmax, entropy, percentile, mse)
     <model>/simulation.json   calib's CPU simulation of each cache on the evaluation images
     <model>/modelopt_qdq.onnx ModelOpt's Q/DQ model from the best cache
@@ -168,7 +169,7 @@ def prepare(key: str, args, stage: Path, local: Path) -> dict:
         cal, ev, data = detector_images(m, args.eval_limit or EVAL_CROPS)
     if args.eval_limit:
         ev = ev[:args.eval_limit]
-    np.save(d / "eval_u8.npy", ev)
+    np.savez_compressed(d / "eval_u8.npz", images=ev)  # about half the bytes: less to carry
     np.save(ld / "calib_u8.npy", cal)
     xcal = to_input(cal, m)
     np.save(ld / "calib_f32.npy", xcal)
@@ -182,7 +183,7 @@ def prepare(key: str, args, stage: Path, local: Path) -> dict:
     log.info("%s: best cache %s (%s)", key, best, why)
     entry = {"model": "model.onnx", "model_sha256": sha256(model), "notes": m.notes, "input": m.input,
              "batch": m.batch, "task": m.task, "detection_format": m.detection_format, "data": data,
-             "eval": {"file": "eval_u8.npy", "shape": list(ev.shape), "dtype": "uint8",
+             "eval": {"file": "eval_u8.npz", "key": "images", "shape": list(ev.shape), "dtype": "uint8",
                       "to_input": "qdq_models.to_input: /255" + (" then ImageNet mean/std" if m.normalize else "")
                                   + ", NHWC -> NCHW float32"},
              "calibration_samples": int(res.samples), "caches": {a: f"{a}.cache" for a in ALGOS},
@@ -214,7 +215,8 @@ def main() -> None:
     import calib
 
     manifest.update({"calib_version": calib.__version__, "date": time.strftime("%Y-%m-%d"),
-                     "files": {"model.onnx": "FP32 ONNX model", "eval_u8.npy": "evaluation images, uint8 NHWC",
+                     "files": {"model.onnx": "FP32 ONNX model",
+                               "eval_u8.npz": "evaluation images, uint8 NHWC (key images)",
                                "<algo>.cache": "calib cache (EntropyCalibration2 header; the sidecar .json names the "
                                                "true algorithm, model sha256, data fingerprint)",
                                "simulation.json": "calib CPU simulation per cache (task metric, output SQNR)",

@@ -7,7 +7,7 @@ against ONNX Runtime FP32, engine layers per precision, and per-layer profiles w
         [--timing-cache FILE] [--redo]
 
 DIR (--data, default /opt/extra/qdq22) is what benchmarks/qdq_prepare.py wrote: manifest.json and, per model,
-model.onnx, eval_u8.npy, <algo>.cache, modelopt_qdq.onnx. calib's Q/DQ model is made here from the best cache with
+model.onnx, eval_u8.npz, <algo>.cache, modelopt_qdq.onnx. calib's Q/DQ model is made here from the best cache with
 `calib cache convert --to qdq` (the tree's current placement). Results go to --out (default /tmp/qdq22/<model>)
 after every engine: table.json, table.md, layers.json (engine inspector layers), profile.json (per-layer times
 from calib.runners.tensorrt.profile.profile_layers when that module exists). Engines already in table.json are
@@ -172,6 +172,8 @@ def main() -> None:
     Path(args.timing_cache).parent.mkdir(parents=True, exist_ok=True)
     b = args.batch or m.batch
     u8 = np.load(d / man["eval"]["file"])
+    if not isinstance(u8, np.ndarray):  # .npz
+        u8 = u8[man["eval"].get("key", "images")]
     if args.eval_limit:
         u8 = u8[:args.eval_limit]
     x = to_input(u8, m)
@@ -257,9 +259,9 @@ def markdown(table: dict) -> str:
     fp16 = (e.get("fp16") or {}).get("median_ms")
     imp = (e.get("implicit") or {}).get("median_ms")
     cls = MODELS[table["model"]].task == "classification"
-    lines = [f"{table['model']}: TensorRT {table['tensorrt']} on {table['gpu']}, {table['date']}, batch {table['batch']}, "
-             f"{table['samples']} evaluation images, builder optimization level {table['opt_level']}, calib "
-             f"{table['best_cache']} cache ({table['calib_version']})", ""]
+    lines = [f"{table['model']}: TensorRT {table['tensorrt']} on {table['gpu']}, {table['date']}, "
+             f"batch {table['batch']}, {table['samples']} evaluation images, builder optimization level "
+             f"{table['opt_level']}, calib {table['best_cache']} cache (calib {table['calib_version']})", ""]
     acc = "| top-1 agreement vs FP32 | logits SQNR dB |" if cls else "| mAP50 vs FP32 | box SQNR dB |"
     lines += ["| engine | median ms | x FP16 | x implicit " + acc + " engine layers | build s |",
               "|---|---|---|---|---|---|---|---|"]
