@@ -6,7 +6,9 @@ environment by benchmarks/qdq_prepare.py; calib never imports ModelOpt).
 ModelOpt 0.47 (modelopt.onnx.quantization.int8) quantizes only the nodes whose inputs the cache names, still
 runs ONNX Runtime's static calibration on the data it is given (random data when none: its CLI takes a cache or
 data, not both), then overwrites each activation scale the cache holds (replace_scale_values). So this gives it
-calib's calibration data too, with its fast 'max' method: the scales that matter come from the cache.
+calib's calibration data too, with its fast 'max' method: the scales that matter come from the cache. The graph
+stays FP32 (high_precision_dtype='fp32', not ModelOpt's default fp16: TensorRT 8.6 takes only FP32 Q/DQ scales),
+as calib's Q/DQ model does; both are built with the INT8 and FP16 flags.
 Prints a JSON line: ModelOpt version, seconds, and how many activation QuantizeLinear scales equal the cache's.
 """
 import json
@@ -33,7 +35,7 @@ def main():
     name = onnx.load(model, load_external_data=False).graph.input[0].name
     t0 = time.time()
     quantize(model, quantize_mode="int8", calibration_data={name: x}, calibration_method="max",
-             calibration_cache_path=cache, calibration_eps=["cpu"], output_path=out)
+             calibration_cache_path=cache, calibration_eps=["cpu"], output_path=out, high_precision_dtype="fp32")
     secs = time.time() - t0
     q = onnx.load(out)
     inits = {t.name: numpy_helper.to_array(t) for t in q.graph.initializer}
@@ -48,7 +50,7 @@ def main():
             weights += n.input[0] in inits
             continue
         s = float(np.asarray(inits.get(n.input[1], np.nan)).reshape(-1)[0])
-        if np.isclose(s, want[src], rtol=1e-3):  # scales stored as FP16
+        if np.isclose(s, want[src], rtol=1e-3):  # 1e-3: FP16 scales when high_precision_dtype is fp16
             same += 1
         else:
             differ += 1
@@ -57,7 +59,7 @@ def main():
                       "qdq_nodes": sum(n.op_type in ("QuantizeLinear", "DequantizeLinear") for n in q.graph.node),
                       "call": "modelopt.onnx.quantization.quantize(quantize_mode='int8', calibration_method='max', "
                               "calibration_cache_path=CACHE, calibration_data={input: calib data}, "
-                              "calibration_eps=['cpu']) (high_precision_dtype default fp16)"}))
+                              "calibration_eps=['cpu'], high_precision_dtype='fp32')"}))
 
 
 if __name__ == "__main__":

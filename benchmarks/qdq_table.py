@@ -197,7 +197,7 @@ def main() -> None:
         if name in table["engines"] and "error" not in table["engines"][name] and not args.redo:
             log.info("%s: already in %s, kept", name, out / "table.json")
             continue
-        est = max([BUILD_ESTIMATE_S[args.model]] + seen_build) + 20
+        est = (1.25 * max(seen_build) if seen_build else BUILD_ESTIMATE_S[args.model]) + 20  # build + measuring
         if time.time() - t_start + est > args.deadline_s:
             log.warning("%s: not started (%.0f s used, a build may take %.0f s, deadline %.0f s): run again",
                         name, time.time() - t_start, est, args.deadline_s)
