@@ -12,8 +12,11 @@ as calib's Q/DQ model does; both are built with the INT8 and FP16 flags.
 Prints a JSON line: ModelOpt version, seconds, and how many activation QuantizeLinear scales equal the cache's.
 """
 import json
+import os
+import shutil
 import struct
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -33,10 +36,14 @@ def main():
 
     x = np.load(data)
     name = onnx.load(model, load_external_data=False).graph.input[0].name
+    tmp = tempfile.mkdtemp()
+    copy = os.path.join(tmp, os.path.basename(model))  # ModelOpt rewrites the model it is given: hand it a copy
+    shutil.copy(model, copy)
     t0 = time.time()
-    quantize(model, quantize_mode="int8", calibration_data={name: x}, calibration_method="max",
+    quantize(copy, quantize_mode="int8", calibration_data={name: x}, calibration_method="max",
              calibration_cache_path=cache, calibration_eps=["cpu"], output_path=out, high_precision_dtype="fp32")
     secs = time.time() - t0
+    shutil.rmtree(tmp, ignore_errors=True)
     q = onnx.load(out)
     inits = {t.name: numpy_helper.to_array(t) for t in q.graph.initializer}
     want = cache_scales(cache)
