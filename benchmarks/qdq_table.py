@@ -10,9 +10,9 @@ DIR (--data, default /opt/extra/qdq22) is what benchmarks/qdq_prepare.py wrote: 
 model.onnx, eval_u8.npz, <algo>.cache, modelopt_qdq.onnx. calib's Q/DQ model is made here from the best cache with
 `calib cache convert --to qdq` (the tree's current placement). Results go to --out (default /tmp/qdq22/<model>)
 after every engine: table.json, table.md, layers.json (engine inspector layers), profile.json (per-layer times
-from calib.runners.tensorrt.profile.profile_layers when that module exists). Engines already in table.json are
-kept (a later call does the rest; --redo rebuilds them); a build is not started when it could end after
---deadline-s, so a call cut by a time limit keeps what finished.
+from calib.runners.tensorrt.profile.profile_layers on one batch, where that module exists). Engines already in
+table.json are kept (a later call does the rest; --redo rebuilds them); a build is not started when it could end
+after --deadline-s, so a call cut by a time limit keeps what finished.
 """
 from __future__ import annotations
 
@@ -110,13 +110,18 @@ def calib_qdq(cache: Path, model: Path, out: Path) -> dict:
     return {"convert": r.stdout.strip(), "convert_s": round(time.time() - t0, 1)}
 
 
-def profile(engine: Path, batch: dict) -> list | str:
+def profile(runner, engine: Path, batch: dict):
+    """calib's per-layer profile of an engine (calib.runners.tensorrt.profile.profile_layers takes the open
+    runner; an engine path where its first parameter is not `runner`)."""
     try:
         from calib.runners.tensorrt.profile import profile_layers
     except ImportError:
         return "calib.runners.tensorrt.profile.profile_layers not in this tree"
+    import inspect
+
+    first = next(iter(inspect.signature(profile_layers).parameters), "")
     try:
-        return profile_layers(str(engine), batch)
+        return profile_layers(runner if first == "runner" else str(engine), batch)
     except Exception as exc:  # a profile is extra: never lose the row for it
         log.exception("profile of %s failed", engine)
         return f"error: {type(exc).__name__}: {exc}"
@@ -229,6 +234,8 @@ def main() -> None:
             try:
                 outs = align(run_all(r, m.input, x, b), ref)
                 lat = r.latency(lat_batch, warmup=50, iters=args.iters, repeats=args.repeats)
+                if name in PROFILED:
+                    profiles[name] = profile(r, engine, {m.input: lat_batch[m.input]})
             finally:
                 r.close()
             row.update({"precisions": list(built.info["precisions"]), "explicit_qdq": built.info["explicit_qdq"],
@@ -237,8 +244,6 @@ def main() -> None:
                         "engine_bytes": len(built.plan), "calibrator": built.info["calibrator"],
                         **accuracy(outs, ref, m, b)})
             layers[name] = built.layers
-            if name in PROFILED:
-                profiles[name] = profile(engine, {m.input: x[:b]})
         except Exception as exc:  # keep measuring the others
             log.exception("%s failed", name)
             row["error"] = f"{type(exc).__name__}: {exc}"[:600]
