@@ -4,6 +4,7 @@ Run on the device (`pytest -m gpu tests/gpu`); CALIB_TEST_OPT_LEVEL sets the bui
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -38,10 +39,12 @@ def cuda():
 
 
 def _photos():
-    p = GOLDEN / "mobilenet_v2" / "photos_224.npy"
+    p = Path(os.environ.get("CALIB_PHOTOS_224", GOLDEN / "mobilenet_v2" / "photos_224.npy"))
     if not p.is_file():
-        pytest.skip("the golden photos are not here (tests/golden/trt86-h200/make_calib_data.py writes them)")
-    u8 = np.load(p)[:64]
+        pytest.skip("the golden photos are not here (tests/golden/trt86-h200/make_calib_data.py writes them; "
+                    "CALIB_PHOTOS_224 names an .npy or an .npz holding 'images')")
+    u8 = np.load(p)
+    u8 = (u8["images"] if p.suffix == ".npz" else u8)[:64]
     x = u8.astype(np.float32) / 255.0
     x = (x - np.array([0.485, 0.456, 0.406], np.float32)) / np.array([0.229, 0.224, 0.225], np.float32)
     return np.ascontiguousarray(x.transpose(0, 3, 1, 2))
