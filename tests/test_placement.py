@@ -82,13 +82,14 @@ def test_decoder_add_without_a_conv_input_stays_float():
 
 
 def upsample_concat():
-    """a = LeakyRelu(Conv(in)); b = Resize(LeakyRelu(Conv(a))); c = Concat(b, a); MaxPool(a); Conv(c)."""
+    """a = LeakyRelu(Conv(in)) 4x4; mp = MaxPool(a) 2x2; b = Resize(LeakyRelu(Conv(mp))) 4x4; c = Concat(b, a);
+    Conv(c); and Gemm(Reshape(mp))."""
     nodes = [_conv("input", "w0", "a0"), helper.make_node("LeakyRelu", ["a0"], ["a"], name="lr0", alpha=0.1),
-             _conv("a", "w1", "b0"), helper.make_node("LeakyRelu", ["b0"], ["b1"], name="lr1", alpha=0.1),
+             helper.make_node("MaxPool", ["a"], ["mp"], name="pool", kernel_shape=[2, 2], strides=[2, 2]),
+             _conv("mp", "w1", "b0"), helper.make_node("LeakyRelu", ["b0"], ["b1"], name="lr1", alpha=0.1),
              helper.make_node("Resize", ["b1", "", "scales"], ["b"], name="up", mode="nearest"),
              helper.make_node("Concat", ["b", "a"], ["c"], name="cat", axis=1),
              _conv("c", "w2", "out"),
-             helper.make_node("MaxPool", ["a"], ["mp"], name="pool", kernel_shape=[2, 2], strides=[2, 2]),
              helper.make_node("Reshape", ["mp", "flat"], ["mpr"], name="reshape"),
              helper.make_node("Gemm", ["mpr", "wg"], ["logits"], name="fc", transB=1)]
     inits = [("w0", _w(4, 3)), ("w1", _w(4, 4)), ("w2", _w(2, 8)), ("scales", np.array([1, 1, 2, 2], np.float32)),
