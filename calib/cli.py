@@ -104,32 +104,30 @@ def sensitivity(ctx, recipe, out, overrides):
 @click.option("--batch-size", default=8, show_default=True, type=click.IntRange(1))
 @click.option("--preprocess", default="none", show_default=True, type=click.Choice(["none", "unit", "imagenet"]),
               help="unit: uint8/255; imagenet: unit then ImageNet mean/std; NHWC arrays become NCHW.")
-@click.option("--percentile", default=99.99, show_default=True, type=float)
+@click.option("--percentile", default=99.99, show_default=True, type=click.FloatRange(0, 100, min_open=True))
 @click.option("--trt-version", default="8600", show_default=True, help="Digits of the cache header.")
 @click.option("--carrier", default="EntropyCalibration2", show_default=True,
               help="Calibrator algorithm named in the cache header (the class that will read it).")
 @click.option("--equalize", is_flag=True,
               help="Cross-layer equalization first; the caches are then for OUT/<model>.equalized.onnx.")
+@click.option("--skip-nonfinite", is_flag=True, help="Leave out samples holding NaN or Inf (default: an error).")
 @click.option("--out", "-o", required=True, type=click.Path(file_okay=False))
 @_handled
-def calibrate(model, data, algo, batch_size, preprocess, percentile, trt_version, carrier, equalize, out):
+def calibrate(model, data, algo, batch_size, preprocess, percentile, trt_version, carrier, equalize, skip_nonfinite,
+              out):
     """Calibrate MODEL on --data in one pass; write OUT/<algo>.cache and OUT/<algo>.json per algorithm."""
     from calib.calibrate import calibrate as run_calibration
 
     algos = [a.strip() for a in algo.split(",") if a.strip()]
-    if equalize:
-        from calib.data.arrays import ArraySource, load_array
-        from calib.equalize import equalize_file
-        from calib.model import inspect_model
-
-        data = ArraySource(load_array(data), inspect_model(model).inputs[0][0], batch_size, preprocess, label=data)
-        Path(out).mkdir(parents=True, exist_ok=True)
-        target = Path(out) / f"{Path(model).stem}.equalized.onnx"
-        done = equalize_file(model, data, target)
-        click.echo(f"{target}  ({done['equalized']} of {done['pairs']} Conv pairs equalized)")
-        model = str(target)  # calibrated on the same source, loaded once
+    if not algos:
+        raise CalibError("--algo: no algorithm named")
     res = run_calibration(model, data, algos, {"percentile": {"percentile": percentile}}, batch_size,
-                          preprocess, out, trt_version, carrier)
+                          preprocess, out, trt_version, carrier, skip_nonfinite=skip_nonfinite, equalize=equalize)
+    if res.equalized:
+        click.echo(f"{out}/{res.equalized['file']}  ({res.equalized['equalized']} of {res.equalized['pairs']} "
+                   "Conv pairs equalized)")
+    if res.left_out:
+        click.echo(f"left out {len(res.left_out)} samples holding NaN or Inf", err=True)
     for a in algos:
         click.echo(f"{out}/{a}.cache  ({len(res.amax[a])} tensors)")
 
