@@ -71,7 +71,9 @@ def _run(recipe: Recipe, stage: Path) -> None:
     equalized = None
     if c.equalize:
         model_path, info, equalized = equalize_model(model_path, csrc, stage)
-    info, stats, samples, fp = collect(model_path, csrc, label=recipe.calibration_data.path, info=info)
+    left_out: list = []  # samples holding NaN/Inf, with calibration_data.skip_nonfinite
+    info, stats, samples, fp = collect(model_path, csrc, label=recipe.calibration_data.path, info=info,
+                                       skip_nonfinite=recipe.calibration_data.skip_nonfinite, dropped=left_out)
     if getattr(csrc, "bad", None):
         log.warning("%d unreadable images skipped", len(csrc.bad))
     amax, used, secs = compute_all(stats, info.activations, c.algorithms, _params(recipe), model=model_path)
@@ -123,7 +125,7 @@ def _run(recipe: Recipe, stage: Path) -> None:
               "model_sha256": info.sha256,
               "skipped_images": skipped,
               "calibration": {"samples": samples, "data_fingerprint": fp, "algorithms": list(c.algorithms),
-                              "params": used, "seconds": secs},
+                              "params": used, "seconds": secs, "nonfinite_left_out": left_out},
               "evaluation": {"samples": result["samples"], "configs": result["configs"]},
               "fp32_task": result.get("fp32_task"), "summary": summ, "qdq_model": qdq_name, "files": files}
     if equalized is not None:

@@ -167,7 +167,8 @@ def _sensitivity(recipe: Recipe, stage: Path, out: Path) -> None:
         from calib.pipeline import equalize_model
 
         model_path, info, equalized = equalize_model(model_path, csrc, stage)
-    info, stats, samples, calib_fp = collect(model_path, csrc, label=recipe.calibration_data.path, info=info)
+    info, stats, samples, calib_fp = collect(model_path, csrc, label=recipe.calibration_data.path, info=info,
+                                             skip_nonfinite=recipe.calibration_data.skip_nonfinite)
     for a in spec.per_tensor:
         if a not in registry.names():
             raise CalibError(f"{recipe.source}: sensitivity.per_tensor: unknown algorithm '{a}'")
