@@ -193,8 +193,10 @@ _SIDECAR_TYPES = {"algorithm": str, "amax": dict, "model_sha256": str, "params":
 def read_sidecar(cache_path: str | Path) -> dict | None:
     """The sidecar of a cache as a dict, None if there is none; a malformed one is a CacheError naming it."""
     p = sidecar_path(cache_path)
-    if not p.is_file():
+    if not p.exists():
         return None
+    if p.is_dir():
+        raise CacheError(f"{p}: sidecar is a folder")
     try:
         data = json.loads(read_bounded(p, MAX_BYTES, "sidecar"))
     except CalibError as exc:

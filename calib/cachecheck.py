@@ -96,9 +96,6 @@ def load_checked(path: str | Path, info: ModelInfo | None = None, checks: CacheC
         return cache, checked_sidecar(path, cache, checks.ignore_sidecar)
     validate_against(cache, info.activations, checks.allow_unknown)
     side = checked_sidecar(path, cache, checks.ignore_sidecar, info.sha256, checks.ignore_hash)
-    if side is None and not checks.ignore_sidecar:
-        log.warning("%s: no sidecar (a TensorRT cache?): only its tensor names were checked against %s", path,
-                    info.path.name)
     missing = unscaled(cache, model if model is not None else load_model(info.path), exclude)
     if missing:
         msg = (f"{path}: no scale for {len(missing)} tensors feeding quantized layers (first '{missing[0]}'): "
@@ -106,6 +103,9 @@ def load_checked(path: str | Path, info: ModelInfo | None = None, checks: CacheC
         if not checks.allow_partial:
             raise CacheError(f"{msg} (--allow-partial to leave those layers unscaled)")
         log.warning("%s; used anyway (--allow-partial)", msg)
+    if side is None and not checks.ignore_sidecar:
+        log.warning("%s: no sidecar (a TensorRT cache?): only its tensor names were checked against %s", path,
+                    info.path.name)
     return cache, side
 
 
