@@ -17,7 +17,7 @@ from calib.cache import (CalibrationCache, Sidecar, check_model_hash, format_cac
 from calib.errors import CacheError
 from calib.io import atomic_write_text, printable, sha256_file
 from calib.model import ModelInfo, load_model
-from calib.publish import read_manifest
+from calib.publish import read_manifest, refresh_manifest
 from calib.qdq import Exclusions, quantized_inputs
 
 log = logging.getLogger(__name__)
@@ -125,4 +125,6 @@ def write_converted(out: str | Path, cache: CalibrationCache, side: dict | None,
                  extra={**side.get("extra", {}), "converted_from": printable(Path(source).name)})
     text = format_cache(amax, version, carrier)
     write_sidecar(out, sc)
-    return atomic_write_text(out, text)
+    path = atomic_write_text(out, text)
+    refresh_manifest(path.parent, [path.name, sidecar_path(path).name])  # a published cache rewritten in place
+    return path

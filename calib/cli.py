@@ -164,10 +164,9 @@ def evaluate(model, caches, data, preprocess, batch_size, task, ignore_hash, all
     from calib.evaluate.api import evaluate as run_eval
     from calib.evaluate.report import summary, write_reports
     from calib.model import inspect_model
-    from calib.stats import HistogramCollector
-
     from calib.publish import publish
     from calib.qdq import excluded_from
+    from calib.stats import HistogramCollector
 
     info = inspect_model(model)
     ex = excluded_from(exclude)

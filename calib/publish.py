@@ -67,6 +67,17 @@ def write_manifest(stage: Path, command: str = "") -> dict:
     return doc
 
 
+def refresh_manifest(folder: Path, names) -> None:
+    """After rewriting files a manifest lists (cache convert onto a published cache), record their new sha256."""
+    doc = read_manifest(folder)
+    if doc is None or not any(n in doc["files"] for n in names):
+        return
+    for n in names:
+        if n in doc["files"] and (folder / n).is_file():
+            doc["files"][n] = sha256_file(folder / n)
+    atomic_write_json(folder / MANIFEST, doc)
+
+
 def _top(files) -> set[str]:
     return {f.split("/", 1)[0] for f in files}
 

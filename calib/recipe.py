@@ -123,7 +123,8 @@ class BackendSpec:
     tactic_sources: tuple[str, ...] = ()
     predict: bool = True  # also simulate each INT8 engine's own precision choices on the CPU
     layerwise: tuple[str, ...] = field(default=(), metadata=ALGORITHM)  # algorithms whose INT8 engine is also
-    # built with every tensor marked as an    # output, for a per-layer comparison with FP32 (a perturbed engine: marking changes TensorRT's fusions)
+    # built with every tensor marked as an output, for a per-layer comparison with FP32 (a perturbed engine:
+    # marking changes TensorRT's fusions)
 
 
 @dataclass(frozen=True)

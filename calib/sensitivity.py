@@ -211,8 +211,9 @@ def _sensitivity(recipe: Recipe, stage: Path, out: Path) -> None:
         amax = {**amax, **(overrides or {})}
         c = recipe.calibration
         p = write_cache(stage / "per_tensor.cache", amax, c.trt_version, c.carrier)
-        write_sidecar(p, Sidecar(f"per-tensor:{spec.algorithm}", {"choices": {t: a for t, (a, _) in per_tensor["choices"].items()}}, amax,
-                                 info.sha256, calib_fp, calib.__version__, c.trt_version, c.carrier, samples))
+        chosen = {t: a for t, (a, _) in per_tensor["choices"].items()}
+        write_sidecar(p, Sidecar(f"per-tensor:{spec.algorithm}", {"choices": chosen}, amax, info.sha256, calib_fp,
+                                 calib.__version__, c.trt_version, c.carrier, samples))
     engine = None
     if recipe.backend.kind == "tensorrt":
         from calib.engine_search import engine_search

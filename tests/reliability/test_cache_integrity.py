@@ -147,3 +147,12 @@ def test_garbage_search_cache_is_ignored_with_a_warning(tmp_path, content, caplo
     (tmp_path / SEARCH_CACHE).write_bytes(content)
     assert _cached_search(tmp_path, "k") is None
     assert any(SEARCH_CACHE in r.getMessage() for r in caplog.records)
+
+
+def test_convert_onto_a_published_cache_keeps_it_usable(made):
+    cache = made / "a" / "minmax.cache"
+    r = invoke("cache", "convert", cache, "--model", made / "m.onnx", "--to", "cache", "--carrier",
+               "MinMaxCalibration", "-o", cache)
+    assert r.exit_code == 0, r.output
+    r = invoke("cache", "inspect", cache, "--model", made / "m.onnx")
+    assert r.exit_code == 0 and "TRT-8600-MinMaxCalibration" in r.output, r.output
