@@ -201,3 +201,52 @@ def test_output_in_the_working_directory_keeps_it(work, monkeypatch):
 
 def test_empty_output_path_is_refused(work):
     one_line_failure(calibrate(work, 0, ""), "empty path")
+
+
+KILLER = """
+import os, sys
+import calib.publish as pub
+at, calls = int(os.environ["KILL_AT"]), [0]
+
+def wrap(fn):
+    def f(*a, **k):
+        calls[0] += 1
+        if calls[0] == at:
+            os._exit(137)  # no finally, no cleanup: as a SIGKILL would
+        return fn(*a, **k)
+    return f
+
+os.replace, os.rename, pub._exchange = wrap(os.replace), wrap(os.rename), wrap(pub._exchange)
+from calib.cli import main
+main(sys.argv[1:])
+"""
+
+
+@pytest.mark.parametrize("foreign,kill_at", [(False, 6), (True, 7), (True, 9)],
+                         ids=["at-the-swap", "before-the-moves", "mid-move"])
+def test_real_kill_then_the_next_run_recovers(work, foreign, kill_at):
+    """A process really killed (os._exit) at a rename: previous results or a mix readers refuse; the next run
+    finishes or removes what it left (staging folder, journal, lock) and publishes whole."""
+    import subprocess
+    import sys
+
+    out = work / "out"
+    out.mkdir()
+    if foreign:
+        (out / "notes.txt").write_text("the user's own file")
+    assert calibrate(work, 0, out).exit_code == 0
+    old = snapshot(out)
+    (work / "killer.py").write_text(KILLER)
+    root = Path(__file__).resolve().parents[2]  # this checkout's calib, not an installed one
+    p = subprocess.run([sys.executable, str(work / "killer.py"), "--quiet", "calibrate", str(work / "m.onnx"),
+                        "--data", str(work / "x2.npy"), "--algo", "minmax,entropy", "--out", str(out)],
+                       env={**os.environ, "KILL_AT": str(kill_at), "PYTHONPATH": str(root)}, capture_output=True,
+                       text=True, cwd=root)
+    assert p.returncode == 137, p.stderr
+    assert leftovers(work)  # it left its staging folder and its lock behind
+    assert (snapshot(out) != old) == (kill_at == 9)  # only a kill among the moves changes out
+    if snapshot(out) != old:
+        one_line_failure(CliRunner().invoke(main, ["cache", "inspect", str(out / "entropy.cache"), "--model",
+                                                   str(work / "m.onnx")]), "entropy.cache")
+    assert calibrate(work, 1, out).exit_code == 0
+    assert snapshot(out) == published(work, 1, foreign) and leftovers(work) == [] and leftovers(out) == []
