@@ -14,8 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
-from calib.errors import CacheError
-from calib.io import atomic_write_json, atomic_write_text
+from calib.errors import CacheError, CalibError
+from calib.io import atomic_write_json, atomic_write_text, read_bounded
 
 CARRIERS = ("EntropyCalibration2", "EntropyCalibration", "MinMaxCalibration", "LegacyCalibration")
 DEFAULT_CARRIER = "EntropyCalibration2"
@@ -104,10 +104,15 @@ def parse_cache(text: str, source: str = "<cache>") -> CalibrationCache:
     return CalibrationCache(m.group(1), m.group(2), scales)
 
 
+MAX_BYTES = 64 << 20  # a cache or sidecar larger than this is not one (reads are bounded: /dev/zero, a video...)
+
+
 def read_cache(path: str | Path) -> CalibrationCache:
     path = Path(path)
+    if path.is_dir():
+        raise CacheError(f"{path}: is a folder, not a calibration cache")
     try:
-        raw = path.read_bytes()
+        raw = read_bounded(path, MAX_BYTES, "calibration cache")
     except FileNotFoundError:
         raise CacheError(f"{path}: cache file not found") from None
     except OSError as exc:
@@ -116,6 +121,8 @@ def read_cache(path: str | Path) -> CalibrationCache:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise CacheError(f"{path}: not a text calibration cache (binary data)") from None
+    if "\x00" in text:
+        raise CacheError(f"{path}: not a text calibration cache (binary data)")
     c = parse_cache(text, str(path))
     return CalibrationCache(c.version, c.carrier, c.scales, path)
 
@@ -179,22 +186,45 @@ def write_sidecar(cache_path: str | Path, sidecar: Sidecar) -> Path:
     return atomic_write_json(sidecar_path(cache_path), sidecar.to_json())
 
 
+_SIDECAR_TYPES = {"algorithm": str, "amax": dict, "model_sha256": str, "params": dict, "data_fingerprint": str,
+                  "calib_version": str, "trt_version": str, "carrier": str, "samples": int, "extra": dict}
+
+
 def read_sidecar(cache_path: str | Path) -> dict | None:
+    """The sidecar of a cache as a dict, None if there is none; a malformed one is a CacheError naming it."""
     p = sidecar_path(cache_path)
-    if not p.is_file():
+    if not p.exists():
         return None
+    if p.is_dir():
+        raise CacheError(f"{p}: sidecar is a folder")
     try:
-        data = json.loads(p.read_text())
+        data = json.loads(read_bounded(p, MAX_BYTES, "sidecar"))
+    except CalibError as exc:
+        raise CacheError(str(exc)) from None
     except (OSError, ValueError) as exc:
         raise CacheError(f"{p}: sidecar is not valid JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise CacheError(f"{p}: sidecar is not a JSON object (got {type(data).__name__})")
     for key in ("algorithm", "amax", "model_sha256"):
         if key not in data:
             raise CacheError(f"{p}: sidecar lacks key '{key}'")
+    for key, tp in _SIDECAR_TYPES.items():
+        if key in data and (not isinstance(data[key], tp) or (tp is int and isinstance(data[key], bool))):
+            raise CacheError(f"{p}: sidecar key '{key}' should be {tp.__name__}, got {type(data[key]).__name__}")
+    for name, v in data["amax"].items():
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+            raise CacheError(f"{p}: sidecar amax of tensor '{name}' is {v!r}, not a finite number >= 0")
     return data
 
 
 def check_model_hash(cache_path: str | Path, model_sha256: str, override: bool = False) -> dict | None:
-    side = read_sidecar(cache_path)
+    """The sidecar, after checking it names this model (override: accept another model, or a malformed sidecar)."""
+    try:
+        side = read_sidecar(cache_path)
+    except CacheError:
+        if override:
+            return None
+        raise
     if side is not None and side["model_sha256"] != model_sha256 and not override:
         raise CacheError(f"{sidecar_path(cache_path)}: made for model sha256 {side['model_sha256'][:12]}..., "
                          f"this model is {model_sha256[:12]}... (--ignore-hash to use it anyway)")

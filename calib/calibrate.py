@@ -16,11 +16,12 @@ import calib
 from calib import cache as cachefmt
 from calib.algorithms import registry
 from calib.data.prefetch import prefetch
-from calib.errors import DataError
+from calib.errors import CalibError, DataError
 from calib.fingerprint import fingerprint_update  # noqa: F401  (re-exported)
 from calib.model import ModelInfo, inspect_model, load_model, relu_bounds
 from calib.nvtx import nvtx_range
 from calib.progress import bar
+from calib.publish import publish
 from calib.stats import DEFAULT_BINS, HistogramCollector
 from calib.ties import tie_amax
 
@@ -55,6 +56,8 @@ class CalibrationResult:
     samples: int
     fingerprint: str
     seconds: dict = field(default_factory=dict)
+    equalized: dict | None = None  # calib.equalize's summary, when the model was equalized first
+    left_out: list = field(default_factory=list)  # samples left out for NaN/Inf (skip_nonfinite)
 
     def sidecar(self, algo: str, trt_version: str, carrier: str, extra: dict | None = None) -> cachefmt.Sidecar:
         return cachefmt.Sidecar(algorithm=algo, params=self.params[algo], amax=self.amax[algo],
@@ -64,14 +67,16 @@ class CalibrationResult:
 
     def write(self, out_dir: str | Path, trt_version: str = "8600", carrier: str = cachefmt.DEFAULT_CARRIER,
               extra: dict | None = None) -> dict:
-        """Write <algo>.cache and <algo>.json for every algorithm; returns algorithm -> cache path."""
-        out = Path(out_dir)
-        paths = {}
+        """Write <algo>.cache and <algo>.json for every algorithm, published as a whole into `out_dir`;
+        returns algorithm -> cache path."""
+        publish(out_dir, lambda stage: self.write_into(stage, trt_version, carrier, extra), "calibrate")
+        return {algo: Path(out_dir) / f"{algo}.cache" for algo in self.amax}
+
+    def write_into(self, folder: Path, trt_version: str, carrier: str, extra: dict | None = None) -> None:
+        """The caches and sidecars written straight into `folder` (a staging folder)."""
         for algo, amaxes in self.amax.items():
-            p = cachefmt.write_cache(out / f"{algo}.cache", amaxes, trt_version, carrier)
+            p = cachefmt.write_cache(folder / f"{algo}.cache", amaxes, trt_version, carrier)
             cachefmt.write_sidecar(p, self.sidecar(algo, trt_version, carrier, extra))
-            paths[algo] = p
-        return paths
 
 
 def relu_outputs(model: str | Path | onnx.ModelProto, info: ModelInfo) -> dict[str, tuple[str, float]]:
@@ -91,10 +96,44 @@ def relu_outputs(model: str | Path | onnx.ModelProto, info: ModelInfo) -> dict[s
     return out
 
 
+def _sample_name(source, k: int) -> str:
+    index = getattr(source, "index", None)
+    if index is not None and k < len(index):
+        return f"sample {k} (row {index[k]})"
+    return f"sample {k}"
+
+
+def finite_samples(batch: dict, inputs, source, seen: int, label: str, skip: bool, dropped: list | None) -> dict:
+    """The batch without samples holding NaN or Inf in a float input; without `skip`, such a sample is an error."""
+    keep = None
+    for name in inputs:
+        x = batch.get(name)
+        if x is None or x.dtype.kind != "f":
+            continue
+        ok = np.isfinite(x.reshape(x.shape[0], -1)).all(axis=1)
+        if ok.all():
+            continue
+        if not skip:
+            k = seen + int(np.argmin(ok))
+            raise DataError(f"{label}: {_sample_name(source, k)}: tensor '{name}' holds NaN or Inf values "
+                            "(skip_nonfinite: true in the data spec, or --skip-nonfinite, leaves such samples out)")
+        keep = ok if keep is None else keep & ok
+    if keep is None:
+        return batch
+    names = [_sample_name(source, seen + int(i)) for i in np.flatnonzero(~keep)]
+    log.warning("%s: leaving out %d samples holding NaN or Inf: %s", label, len(names), ", ".join(names[:5]))
+    if dropped is not None:
+        dropped += names
+    return {k: v[keep] for k, v in batch.items()}
+
+
 def collect(model_path: str | Path, source, micro_batch: int = 8, nbins: int = DEFAULT_BINS,
             label: str = "calibration data", info: ModelInfo | None = None, derive: bool = True,
-            blocked: bool = True):
+            blocked: bool = True, skip_nonfinite: bool = False, dropped: list | None = None):
     """Run the FP32 model over `source` once; returns (ModelInfo, HistogramCollector, samples, fingerprint).
+
+    A sample holding NaN or Inf in an input is an error, or with `skip_nonfinite` left out (and its name added
+    to `dropped`).
 
     derive: take the statistics of Relu/Clip(0, hi) outputs from their inputs' (not reading them again).
     blocked: read the tensors in ONNX Runtime's blocked layout where that holds the same values (no reorders)."""
@@ -111,7 +150,7 @@ def collect(model_path: str | Path, source, micro_batch: int = 8, nbins: int = D
     inputs = [n for n, _, _ in info.inputs]
     stats = HistogramCollector(nbins, signed=frozenset(x for x, _ in derived.values()))
     digest = hashlib.sha256()
-    samples = 0
+    samples = seen = 0
     total = len(source) if hasattr(source, "__len__") else None
 
     def fingerprint(batch):  # in the reader thread, in the source's order
@@ -124,6 +163,9 @@ def collect(model_path: str | Path, source, micro_batch: int = 8, nbins: int = D
         for bi, batch in enumerate(batches):
             if bi == 0:
                 check_batch(batch, info, label)
+            read = int(next(iter(batch.values())).shape[0])
+            batch = finite_samples(batch, inputs, source, seen, label, skip_nonfinite, dropped)
+            seen += read
             n = int(next(iter(batch.values())).shape[0])
             for lo in range(0, n, micro_batch):
                 part = {k: v[lo:lo + micro_batch] for k, v in batch.items()}
@@ -134,9 +176,9 @@ def collect(model_path: str | Path, source, micro_batch: int = 8, nbins: int = D
                         stats.update(name, v)
                 del outs
             samples += n
-            pbar.update(n)
+            pbar.update(read)
     if samples == 0:
-        raise DataError(f"{label}: no samples")
+        raise DataError(f"{label}: no samples" + (f" ({seen} left out for NaN or Inf)" if seen else ""))
     for y, (x, hi) in derived.items():
         stats.derive(y, x, hi)
     for name, h in stats.hists.items():
@@ -169,15 +211,23 @@ def compute_all(stats: HistogramCollector, tensors, algorithms, params: dict | N
 def calibrate(model: str | Path, data, algorithms=ALL_ALGORITHMS, params: dict | None = None,
               batch_size: int = 8, preprocess: str = "none", out: str | Path | None = None,
               trt_version: str = "8600", carrier: str = cachefmt.DEFAULT_CARRIER,
-              micro_batch: int = 8) -> CalibrationResult:
+              micro_batch: int = 8, skip_nonfinite: bool = False, equalize: bool = False) -> CalibrationResult:
     """Calibrate `model` on `data` (a Source, an ndarray, or a .npy/.npz path) with every algorithm.
 
-    Returns a CalibrationResult; with `out`, also writes <algo>.cache and <algo>.json there."""
+    Returns a CalibrationResult; with `out`, also writes <algo>.cache and <algo>.json there, published as a whole
+    (calib.publish: the previous contents stay until every file is written). With `equalize`, cross-layer
+    equalization first: the caches are then for OUT/<model>.equalized.onnx (written too; needs `out`)."""
     from calib.data.arrays import ArraySource, load_array
 
     algorithms = [algorithms] if isinstance(algorithms, str) else list(algorithms)
+    if not algorithms:
+        raise CalibError("no calibration algorithm given")
     for a in algorithms:
-        registry.get(a)
+        registry.check_params(a, (params or {}).get(a, {}))  # before the pass, not after it
+    if batch_size < 1:
+        raise DataError(f"batch size must be >= 1, got {batch_size}")
+    if equalize and out is None:
+        raise CalibError("equalize writes the equalized model: give an output folder")
     info = inspect_model(model)
     label = getattr(data, "label", "calibration data")
     if isinstance(data, (str, Path)):
@@ -185,13 +235,32 @@ def calibrate(model: str | Path, data, algorithms=ALL_ALGORITHMS, params: dict |
         data = load_array(data)
     if isinstance(data, np.ndarray):
         data = ArraySource(data, info.inputs[0][0], batch_size, preprocess, label=label)
-    t0 = time.perf_counter()
-    info, stats, samples, fp = collect(model, data, micro_batch=micro_batch, label=label, info=info)
-    t_pass = time.perf_counter() - t0
-    amax, used, secs = compute_all(stats, info.activations, algorithms, params, model=model)
-    secs["pass"] = t_pass
-    log.info("statistics pass: %d samples, %d tensors, %.1f s", samples, len(stats.hists), t_pass)
-    result = CalibrationResult(info, stats, amax, used, samples, fp, secs)
-    if out is not None:
-        result.write(out, trt_version, carrier)
-    return result
+
+    def run(stage: Path | None) -> CalibrationResult:
+        nonlocal model, info
+        equalized = None
+        if equalize:
+            from calib.equalize import equalize_file
+
+            target = stage / f"{Path(model).stem}.equalized.onnx"
+            equalized = equalize_file(model, data, target)
+            model, info = target, inspect_model(target)
+        t0 = time.perf_counter()
+        dropped: list = []
+        info2, stats, samples, fp = collect(model, data, micro_batch=micro_batch, label=label, info=info,
+                                            skip_nonfinite=skip_nonfinite, dropped=dropped)
+        t_pass = time.perf_counter() - t0
+        amax, used, secs = compute_all(stats, info2.activations, algorithms, params, model=model)
+        secs["pass"] = t_pass
+        log.info("statistics pass: %d samples, %d tensors, %.1f s", samples, len(stats.hists), t_pass)
+        result = CalibrationResult(info2, stats, amax, used, samples, fp, secs, equalized, dropped)
+        if stage is not None:
+            extra = {"nonfinite_samples_left_out": len(dropped)} if dropped else None
+            result.write_into(stage, trt_version, carrier, extra)
+        return result
+
+    if out is None:
+        return run(None)
+    box = []
+    publish(out, lambda stage: box.append(run(stage)), "calibrate")
+    return box[0]

@@ -36,6 +36,14 @@ def _handled(fn):
     return wrapper
 
 
+def _cache_checks(fn):
+    """--ignore-sidecar and --allow-partial, for every command that uses a cache."""
+    fn = click.option("--allow-partial", is_flag=True,
+                      help="Use a cache that leaves quantized layers without a scale (they stay unscaled).")(fn)
+    return click.option("--ignore-sidecar", is_flag=True,
+                        help="Use a calib cache whose sidecar is missing, malformed or disagrees with it.")(fn)
+
+
 def _silence_stdout() -> None:
     """Point stdout at /dev/null so that the interpreter's last flush does not fail again on the closed pipe."""
     import os
@@ -104,32 +112,30 @@ def sensitivity(ctx, recipe, out, overrides):
 @click.option("--batch-size", default=8, show_default=True, type=click.IntRange(1))
 @click.option("--preprocess", default="none", show_default=True, type=click.Choice(["none", "unit", "imagenet"]),
               help="unit: uint8/255; imagenet: unit then ImageNet mean/std; NHWC arrays become NCHW.")
-@click.option("--percentile", default=99.99, show_default=True, type=float)
+@click.option("--percentile", default=99.99, show_default=True, type=click.FloatRange(0, 100, min_open=True))
 @click.option("--trt-version", default="8600", show_default=True, help="Digits of the cache header.")
 @click.option("--carrier", default="EntropyCalibration2", show_default=True,
               help="Calibrator algorithm named in the cache header (the class that will read it).")
 @click.option("--equalize", is_flag=True,
               help="Cross-layer equalization first; the caches are then for OUT/<model>.equalized.onnx.")
+@click.option("--skip-nonfinite", is_flag=True, help="Leave out samples holding NaN or Inf (default: an error).")
 @click.option("--out", "-o", required=True, type=click.Path(file_okay=False))
 @_handled
-def calibrate(model, data, algo, batch_size, preprocess, percentile, trt_version, carrier, equalize, out):
+def calibrate(model, data, algo, batch_size, preprocess, percentile, trt_version, carrier, equalize, skip_nonfinite,
+              out):
     """Calibrate MODEL on --data in one pass; write OUT/<algo>.cache and OUT/<algo>.json per algorithm."""
     from calib.calibrate import calibrate as run_calibration
 
     algos = [a.strip() for a in algo.split(",") if a.strip()]
-    if equalize:
-        from calib.data.arrays import ArraySource, load_array
-        from calib.equalize import equalize_file
-        from calib.model import inspect_model
-
-        data = ArraySource(load_array(data), inspect_model(model).inputs[0][0], batch_size, preprocess, label=data)
-        Path(out).mkdir(parents=True, exist_ok=True)
-        target = Path(out) / f"{Path(model).stem}.equalized.onnx"
-        done = equalize_file(model, data, target)
-        click.echo(f"{target}  ({done['equalized']} of {done['pairs']} Conv pairs equalized)")
-        model = str(target)  # calibrated on the same source, loaded once
+    if not algos:
+        raise CalibError("--algo: no algorithm named")
     res = run_calibration(model, data, algos, {"percentile": {"percentile": percentile}}, batch_size,
-                          preprocess, out, trt_version, carrier)
+                          preprocess, out, trt_version, carrier, skip_nonfinite=skip_nonfinite, equalize=equalize)
+    if res.equalized:
+        click.echo(f"{out}/{res.equalized['file']}  ({res.equalized['equalized']} of {res.equalized['pairs']} "
+                   "Conv pairs equalized)")
+    if res.left_out:
+        click.echo(f"left out {len(res.left_out)} samples holding NaN or Inf", err=True)
     for a in algos:
         click.echo(f"{out}/{a}.cache  ({len(res.amax[a])} tensors)")
 
@@ -147,35 +153,35 @@ def calibrate(model, data, algo, batch_size, preprocess, percentile, trt_version
 @click.option("--exclude", multiple=True,
               help="Keep in float (per-layer precision): node/output name glob or op:<OpType>; repeatable.")
 @click.option("--layerwise/--no-layerwise", default=True, show_default=True, help="Compare every tensor.")
+@_cache_checks
 @click.option("--out", "-o", required=True, type=click.Path(file_okay=False))
 @_handled
-def evaluate(model, caches, data, preprocess, batch_size, task, ignore_hash, allow_unknown, exclude, layerwise, out):
+def evaluate(model, caches, data, preprocess, batch_size, task, ignore_hash, allow_unknown, exclude, layerwise,
+             ignore_sidecar, allow_partial, out):
     """Compare MODEL in FP32 with its INT8 simulation under each --cache; write a report to OUT."""
-    from calib.cache import check_model_hash, read_cache, validate_against
+    from calib.cachecheck import CacheChecks, load_checked
     from calib.data.arrays import ArraySource, load_array
     from calib.evaluate.api import evaluate as run_eval
     from calib.evaluate.report import summary, write_reports
     from calib.model import inspect_model
+    from calib.publish import publish
+    from calib.qdq import excluded_from
     from calib.stats import HistogramCollector
 
     info = inspect_model(model)
+    ex = excluded_from(exclude)
+    checks = CacheChecks(ignore_hash, allow_unknown, ignore_sidecar, allow_partial)
     configs = {}
     for c in caches:
-        cf = read_cache(c)
-        validate_against(cf, info.activations, allow_unknown)
-        check_model_hash(c, info.sha256, ignore_hash)
+        cf, _ = load_checked(c, info, checks, ex)
         name = Path(c).stem
         configs[name if name not in configs else c] = cf.amaxes()
     src = ArraySource(load_array(data), info.inputs[0][0], batch_size, preprocess, label=str(data))
-    from calib.qdq import excluded_from
-
-    ex = excluded_from(exclude)
     res = run_eval(model, configs, src, task, exclude={n: ex for n in configs}, layerwise=layerwise)
     report = {"recipe": Path(model).stem, "model": str(model), "model_sha256": info.sha256,
               "calibration": {"samples": "-"}, "evaluation": {"samples": res["samples"], "configs": res["configs"]},
               "summary": summary(res), "files": ["report.json", "report.md", "report.html"]}
-    Path(out).mkdir(parents=True, exist_ok=True)
-    write_reports(out, report, HistogramCollector(), {})
+    publish(out, lambda stage: write_reports(stage, report, HistogramCollector(), {}), "evaluate")
     click.echo(f"wrote {out}/report.html")
 
 
@@ -217,11 +223,19 @@ def _shapes(items) -> tuple:
 @click.option("--strongly-typed/--weakly-typed", "strongly_typed", default=None,
               help="Q/DQ models: network typing (default: strongly typed on TensorRT 11+, weakly on 10.x so that "
                    "fp16 is honoured; a strongly typed FP32 model with fp16 is refused).")
+@_cache_checks
 @_handled
 def build(model, out, cache, calibrator, data, preprocess, precision, layer_precision, layer_precisions_file,
           constraints, batch_size, shapes, workspace_mb, opt_level, timing_cache, tactic_sources, ignore_hash,
-          allow_unknown, strongly_typed):
+          allow_unknown, strongly_typed, ignore_sidecar, allow_partial):
     """Build a TensorRT engine from MODEL (FP32/FP16, INT8 from a cache, TensorRT's calibrator or Q/DQ)."""
+    if cache:  # the sidecar, the model and every quantized layer's scale, before TensorRT is loaded
+        from calib.cachecheck import CacheChecks, load_checked
+        from calib.model import inspect_model
+
+        checks = CacheChecks(ignore_hash, allow_unknown, ignore_sidecar, allow_partial)
+        load_checked(cache, inspect_model(model), checks)
+        ignore_hash = ignore_hash or ignore_sidecar  # checked above; an ignored sidecar is not read again
     from calib.engine_files import build_engine_file
     from calib.runners.tensorrt.builder import BuildSpec, read_layer_precisions
 
@@ -273,19 +287,21 @@ def cache():
 @click.option("--ignore-hash", is_flag=True, help="With --model: accept a sidecar that names another model.")
 @click.option("--allow-unknown", is_flag=True, help="With --model: accept tensors the model lacks.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@_cache_checks
 @_handled
-def cache_inspect(file, model, ignore_hash, allow_unknown, as_json):
+def cache_inspect(file, model, ignore_hash, allow_unknown, as_json, ignore_sidecar, allow_partial):
     """Print a cache's header and per-tensor scale and amax."""
-    from calib.cache import check_model_hash, read_cache, read_sidecar, validate_against
+    from calib.cache import is_trt_internal
+    from calib.cachecheck import CacheChecks, load_checked
 
-    c = read_cache(file)
-    side = read_sidecar(file)
+    info = None
     if model:
         from calib.model import inspect_model
 
         info = inspect_model(model)
-        internal = validate_against(c, info.activations, allow_unknown)
-        check_model_hash(file, info.sha256, ignore_hash)
+    c, side = load_checked(file, info, CacheChecks(ignore_hash, allow_unknown, ignore_sidecar, allow_partial))
+    if model:
+        internal = [n for n in c.scales if n not in set(info.activations) and is_trt_internal(n)]
         if internal:
             click.echo(f"{len(internal)} TensorRT-internal tensors (not in the ONNX model)", err=True)
     if as_json:
@@ -338,24 +354,26 @@ def cache_diff(a, b, top):
 @click.option("--ignore-hash", is_flag=True, help="Use a cache whose sidecar names another model.")
 @click.option("--allow-unknown", is_flag=True, help="Use a cache naming tensors the model lacks (ignored).")
 @click.option("--int8-weights", is_flag=True, help="Q/DQ: store weights as INT8 initializers (4x smaller file).")
+@_cache_checks
 @click.option("--out", "-o", required=True, type=click.Path(dir_okay=False))
 @_handled
-def cache_convert(file, model, fmt, carrier, trt_version, exclude, ignore_hash, allow_unknown, int8_weights, out):
-    """Turn a cache into a Q/DQ ONNX model (TensorRT explicit quantization) or relabel its header."""
-    from calib.cache import check_model_hash, read_cache, validate_against, write_cache
+def cache_convert(file, model, fmt, carrier, trt_version, exclude, ignore_hash, allow_unknown, int8_weights,
+                  ignore_sidecar, allow_partial, out):
+    """Turn a cache into a Q/DQ ONNX model (TensorRT explicit quantization) or relabel its header (+ sidecar)."""
+    from calib.cachecheck import CacheChecks, load_checked, write_converted
     from calib.io import atomic_write_bytes
     from calib.model import inspect_model, load_model
     from calib.qdq import count_qdq, excluded_from, insert_qdq
 
-    c = read_cache(file)
-    info = inspect_model(model)
-    validate_against(c, info.activations, allow_unknown)
-    check_model_hash(file, info.sha256, ignore_hash)
+    info, proto = inspect_model(model), load_model(model)
+    ex = excluded_from(exclude) if fmt == "qdq" else excluded_from(())
+    c, side = load_checked(file, info, CacheChecks(ignore_hash, allow_unknown, ignore_sidecar, allow_partial), ex,
+                           proto)
     if fmt == "cache":
-        write_cache(out, c.amaxes(), trt_version or c.version, carrier)
-        click.echo(f"wrote {out}")
+        write_converted(out, c, side, info, carrier, trt_version or c.version, source=file)
+        click.echo(f"wrote {out} and its sidecar")
         return
-    q = insert_qdq(load_model(model), c.amaxes(), excluded_from(exclude), int8_weights=int8_weights)
+    q = insert_qdq(proto, c.amaxes(), ex, int8_weights=int8_weights)
     atomic_write_bytes(out, q.SerializeToString())
     click.echo(f"wrote {out} ({count_qdq(q)} Q/DQ pairs)")
 

@@ -29,11 +29,29 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
-    return atomic_write_bytes(path, text.encode("utf-8"))
+    """UTF-8; a character that cannot be encoded (a file name's undecodable byte) is written as a \\x escape."""
+    return atomic_write_bytes(path, text.encode("utf-8", "backslashreplace"))
 
 
 def atomic_write_json(path: str | os.PathLike, obj: Any) -> Path:
     return atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
+
+
+def read_bounded(path: str | os.PathLike, limit: int, what: str = "file") -> bytes:
+    """The bytes of `path`, refusing more than `limit` (a device such as /dev/zero, a wrong file)."""
+    from calib.errors import CalibError
+
+    with open(path, "rb") as fh:
+        data = fh.read(limit + 1)
+    if len(data) > limit:
+        raise CalibError(f"{printable(path)}: larger than {limit >> 20} MiB, not a {what}")
+    return data
+
+
+def printable(name) -> str:
+    """A file name as text that can be printed and written anywhere: undecodable bytes become \\xNN."""
+    raw = os.fsencode(name) if isinstance(name, (str, bytes, os.PathLike)) else str(name).encode()
+    return raw.decode("utf-8", "backslashreplace")
 
 
 def sha256_file(path: str | os.PathLike) -> str:

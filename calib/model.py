@@ -30,10 +30,15 @@ def load_model(path: str | Path) -> onnx.ModelProto:
     path = Path(path)
     if not path.is_file():
         raise ModelError(f"{path}: model file not found")
+    if path.stat().st_size == 0:
+        raise ModelError(f"{path}: empty file, not an ONNX model")
     try:
-        return onnx.load(str(path))
+        model = onnx.load(str(path))
     except Exception as exc:  # onnx raises DecodeError and others
         raise ModelError(f"{path}: not a readable ONNX model ({exc.__class__.__name__}: {exc})") from None
+    if not model.HasField("graph") or not (model.graph.node or model.graph.input):
+        raise ModelError(f"{path}: not an ONNX model (no graph; protobuf reads almost any bytes as a message)")
+    return model
 
 
 def _dims(value_info) -> tuple:
@@ -98,6 +103,8 @@ def inspect_model(path: str | Path, model: onnx.ModelProto | None = None) -> Mod
     inputs = tuple(
         (vi.name, _dims(vi), vi.type.tensor_type.elem_type) for vi in g.input if vi.name not in init
     )
+    if not inputs:
+        raise ModelError(f"{path}: the model has no inputs (nothing to calibrate on)")
     acts: list[str] = []
     ops: dict[str, str] = {}
     for name, _, et in inputs:

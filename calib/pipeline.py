@@ -2,9 +2,6 @@
 from __future__ import annotations
 
 import logging
-import os
-import shutil
-import tempfile
 import time
 from pathlib import Path
 
@@ -14,12 +11,12 @@ import calib
 from calib import cache as cachefmt
 from calib.calibrate import collect, compute_all
 from calib.data.sources import make_source
-from calib.errors import CalibError
 from calib.evaluate.api import evaluate
 from calib.evaluate.report import summary, write_reports
 from calib.io import atomic_write_bytes
 from calib.model import inspect_model
 from calib.progress import setup_logging
+from calib.publish import publish
 from calib.qdq import insert_qdq
 from calib.recipe import Recipe
 from calib.zoo import resolve
@@ -36,51 +33,14 @@ def run_recipe(recipe: Recipe, out: str | Path | None = None, verbose: bool = Fa
     return staged(Path(out or recipe.output), lambda stage: _run(recipe, stage), verbose)
 
 
-def _lock(out: Path) -> Path:
-    """An exclusive lock beside `out`; a second run on the same folder refuses (a dead owner's lock is taken)."""
-    lock = out.parent / f".{out.name}.lock"
-    for _ in range(2):
-        try:
-            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-            os.write(fd, str(os.getpid()).encode())
-            os.close(fd)
-            return lock
-        except FileExistsError:
-            try:
-                pid = int(lock.read_text() or 0)
-                os.kill(pid, 0)
-            except (ValueError, ProcessLookupError, FileNotFoundError):
-                lock.unlink(missing_ok=True)  # left by a run that died
-                continue
-            except PermissionError:
-                pass
-            raise CalibError(f"{out}: another calib run (pid {pid}) is writing this folder") from None
-    raise CalibError(f"{out}: cannot take the lock {lock}")
+def staged(out: Path, work, verbose: bool = False, command: str = "run") -> Path:
+    """Call work(stage) on a staging folder (with its run.log); publish it as `out` only if it succeeds
+    (calib.publish: the previous results stay whole until then)."""
 
+    def log_to(stage):
+        setup_logging(verbose, stage / "run.log" if stage is not None else None)
 
-def staged(out: Path, work, verbose: bool = False) -> Path:
-    """Call work(stage) on a temporary folder beside `out`; move its files into `out` only if it succeeds."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    if out.is_symlink() or (out.exists() and not out.is_dir()):
-        raise CalibError(f"{out}: output must be a folder, not a link or a file")
-    lock = _lock(out)
-    try:
-        stage = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    except BaseException:
-        lock.unlink(missing_ok=True)
-        raise
-    try:
-        setup_logging(verbose, stage / "run.log")
-        work(stage)
-        setup_logging(verbose)  # closes run.log before it moves
-        out.mkdir(exist_ok=True)
-        for f in sorted(stage.iterdir()):
-            os.replace(f, out / f.name)
-    finally:
-        setup_logging(verbose)
-        shutil.rmtree(stage, ignore_errors=True)
-        lock.unlink(missing_ok=True)
-    return out
+    return publish(out, work, command, on_stage=log_to)
 
 
 def equalize_model(model_path: Path, source, stage: Path):
@@ -111,7 +71,9 @@ def _run(recipe: Recipe, stage: Path) -> None:
     equalized = None
     if c.equalize:
         model_path, info, equalized = equalize_model(model_path, csrc, stage)
-    info, stats, samples, fp = collect(model_path, csrc, label=recipe.calibration_data.path, info=info)
+    left_out: list = []  # samples holding NaN/Inf, with calibration_data.skip_nonfinite
+    info, stats, samples, fp = collect(model_path, csrc, label=recipe.calibration_data.path, info=info,
+                                       skip_nonfinite=recipe.calibration_data.skip_nonfinite, dropped=left_out)
     if getattr(csrc, "bad", None):
         log.warning("%d unreadable images skipped", len(csrc.bad))
     amax, used, secs = compute_all(stats, info.activations, c.algorithms, _params(recipe), model=model_path)
@@ -163,7 +125,7 @@ def _run(recipe: Recipe, stage: Path) -> None:
               "model_sha256": info.sha256,
               "skipped_images": skipped,
               "calibration": {"samples": samples, "data_fingerprint": fp, "algorithms": list(c.algorithms),
-                              "params": used, "seconds": secs},
+                              "params": used, "seconds": secs, "nonfinite_left_out": left_out},
               "evaluation": {"samples": result["samples"], "configs": result["configs"]},
               "fp32_task": result.get("fp32_task"), "summary": summ, "qdq_model": qdq_name, "files": files}
     if equalized is not None:

@@ -42,7 +42,7 @@ def setup_logging(verbose: bool = False, log_file=None) -> None:
         sh.setFormatter(fmt)
         root.addHandler(sh)
     if log_file is not None:
-        fh = logging.FileHandler(log_file, mode="w", encoding="utf-8")
+        fh = logging.FileHandler(log_file, mode="w", encoding="utf-8", errors="backslashreplace")
         fh.setLevel(logging.DEBUG)
         fh.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
         root.addHandler(fh)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import types
 import typing
 from dataclasses import dataclass, field
@@ -15,9 +16,17 @@ from pathlib import Path
 
 import yaml
 
-from calib.errors import RecipeError
+from calib.errors import CalibError, RecipeError
+from calib.io import read_bounded
+from calib.yamlload import YamlLimitError, load_yaml
 
+MAX_RECIPE_BYTES = 4 << 20
 PATH = {"path": True}
+POSITIVE = {"min": 1}
+NON_NEGATIVE = {"min": 0}
+UNIT = {"min": 0.0, "max": 1.0}
+ALGORITHM = {"algorithm": True}
+PIL_MAX_PIXELS = 89_478_485  # Pillow's Image.MAX_IMAGE_PIXELS
 
 
 @dataclass(frozen=True)
@@ -26,36 +35,39 @@ class DataSpec:
     path: str = field(default="", metadata=PATH)
     annotations: str | None = field(default=None, metadata=PATH)  # COCO json
     key: str | None = None  # array name inside an .npz
-    limit: int | None = None  # seeded random subset of this size
-    seed: int = 0
-    offset: int = 0  # skip this many samples (after shuffling) to keep calibration and evaluation apart
-    max_bad: float = 0.1  # share of unreadable images tolerated before the run fails
+    limit: int | None = field(default=None, metadata=POSITIVE)  # seeded random subset of this size
+    seed: int = field(default=0, metadata=NON_NEGATIVE)
+    offset: int = field(default=0, metadata=NON_NEGATIVE)  # skip this many samples (after shuffling)
+    max_bad: float = field(default=0.1, metadata=UNIT)  # share of unreadable images tolerated before the run fails
+    max_pixels: int = field(default=PIL_MAX_PIXELS, metadata=POSITIVE)  # larger images are skipped as unreadable
+    skip_nonfinite: bool = False  # leave out samples holding NaN/Inf (counted) instead of refusing the data
     name: str | None = None  # torchvision dataset class name
     split: str | None = None
 
 
 @dataclass(frozen=True)
 class PreprocessSpec:
-    resize: tuple[int, ...] | None = None  # one int: shorter side; two ints: (height, width)
+    resize: tuple[int, ...] | None = field(default=None, metadata={"min": 1, "len": (1, 2)})  # (height, width)
     mode: str = field(default="shorter", metadata={"choices": ("shorter", "exact", "letterbox")})
-    crop: tuple[int, ...] | None = None  # center crop (height, width) or one int
-    pad_value: int = 114
+    crop: tuple[int, ...] | None = field(default=None, metadata={"min": 1, "len": (1, 2)})  # center crop
+    pad_value: int = field(default=114, metadata={"min": 0, "max": 255})
     color: str = field(default="RGB", metadata={"choices": ("RGB", "BGR")})
-    scale: float = 1.0 / 255.0
-    mean: tuple[float, ...] = (0.0, 0.0, 0.0)
-    std: tuple[float, ...] = (1.0, 1.0, 1.0)
+    scale: float = field(default=1.0 / 255.0, metadata={"nonzero": True})
+    mean: tuple[float, ...] = field(default=(0.0, 0.0, 0.0), metadata={"len": (1, 3)})
+    std: tuple[float, ...] = field(default=(1.0, 1.0, 1.0), metadata={"nonzero": True, "len": (1, 3)})
     layout: str = field(default="NCHW", metadata={"choices": ("NCHW", "NHWC")})
     dtype: str = field(default="float32", metadata={"choices": ("float32", "float16", "uint8")})
 
 
 @dataclass(frozen=True)
 class CalibrationSpec:
-    algorithms: tuple[str, ...] = ("minmax", "entropy", "percentile", "mse")
-    batch_size: int = 8
-    percentile: float = 99.99
+    algorithms: tuple[str, ...] = field(default=("minmax", "entropy", "percentile", "mse"),
+                                       metadata={**ALGORITHM, "len": (1, 64)})
+    batch_size: int = field(default=8, metadata=POSITIVE)
+    percentile: float = field(default=99.99, metadata={"above": 0.0, "max": 100.0})
     equalize: bool = False  # cross-layer range equalization of the FP32 model first (calib/equalize.py)
     int8_weights: bool = False  # the Q/DQ model stores weights as INT8 initializers behind a DequantizeLinear
-    trt_version: str = "8600"
+    trt_version: str = field(default="8600", metadata={"digits": True})
     carrier: str = field(default="EntropyCalibration2", metadata={
         "choices": ("EntropyCalibration2", "EntropyCalibration", "MinMaxCalibration", "LegacyCalibration")})
 
@@ -63,33 +75,33 @@ class CalibrationSpec:
 @dataclass(frozen=True)
 class DetectionSpec:
     format: str = field(default="yolov3", metadata={"choices": ("yolov3", "yolov8")})
-    conf_threshold: float = 0.25
-    iou_threshold: float = 0.45
-    max_detections: int = 100
+    conf_threshold: float = field(default=0.25, metadata=UNIT)
+    iou_threshold: float = field(default=0.45, metadata=UNIT)
+    max_detections: int = field(default=100, metadata=POSITIVE)
     class_names: str | None = field(default=None, metadata=PATH)
 
 
 @dataclass(frozen=True)
 class EvaluationSpec:
     task: str = field(default="outputs", metadata={"choices": ("classification", "detection", "outputs")})
-    batch_size: int = 8
+    batch_size: int = field(default=8, metadata=POSITIVE)
     detection: DetectionSpec = DetectionSpec()
-    histograms: int = 6  # tensors with a histogram plot in the report
+    histograms: int = field(default=6, metadata=NON_NEGATIVE)  # tensors with a histogram plot in the report
 
 
 @dataclass(frozen=True)
 class SensitivitySpec:
-    algorithm: str = "minmax"  # whose scales the search starts from
+    algorithm: str = field(default="minmax", metadata=ALGORITHM)  # whose scales the search starts from
     metric: str = field(default="output_sqnr", metadata={"choices": ("top1_agreement", "map50", "output_sqnr")})
-    max_drop: float = 0.01  # allowed drop vs FP32 of top1_agreement / map50 (as 0-1)
+    max_drop: float = field(default=0.01, metadata=NON_NEGATIVE)  # allowed drop vs FP32 of top1 / map50 (0-1)
     min_sqnr_db: float = 25.0  # the floor for output_sqnr (FP32 against itself is infinite)
-    samples: int = 8  # evaluation images used by the search
+    samples: int = field(default=8, metadata=POSITIVE)  # evaluation images used by the search
     both: bool = True  # also rank with only this layer quantized
     precision: str = field(default="fp16", metadata={"choices": ("fp16", "fp32")})
-    per_tensor: tuple[str, ...] = ()  # algorithms tried per tensor on the layers left in INT8 (best-of)
-    per_tensor_layers: int = 12  # how many of the most sensitive INT8 layers get the per-tensor choice
+    per_tensor: tuple[str, ...] = field(default=(), metadata=ALGORITHM)  # tried per tensor on the INT8 layers
+    per_tensor_layers: int = field(default=12, metadata=NON_NEGATIVE)  # most sensitive INT8 layers given the choice
     pin_int8: bool = False  # backend tensorrt: ask every other quantizable layer in INT8 (TensorRT widens fallbacks)
-    min_speedup: float = 0.0  # backend tensorrt: the INT8 engine must stay this much faster than the FP16 one
+    min_speedup: float = field(default=0.0, metadata=NON_NEGATIVE)  # backend tensorrt: INT8 vs FP16 engine
 
 
 @dataclass(frozen=True)
@@ -101,17 +113,18 @@ class BackendSpec:
     layer_precisions: tuple[str, ...] = ()  # PATTERN=fp16|fp32: layer name glob, re:REGEX, op:OpType
     layer_precisions_file: str | None = field(default=None, metadata=PATH)  # e.g. sensitivity's output
     constraints: str = field(default="prefer", metadata={"choices": ("prefer", "obey", "none")})
-    batch_size: int = 8  # engine batch (evaluation and latency)
-    workspace_mb: int = 4096
-    optimization_level: int | None = None  # TensorRT's builder_optimization_level (default 3)
+    batch_size: int = field(default=8, metadata=POSITIVE)  # engine batch (evaluation and latency)
+    workspace_mb: int = field(default=4096, metadata=POSITIVE)
+    optimization_level: int | None = field(default=None, metadata={"min": 0, "max": 5})  # TensorRT's (default 3)
     timing_cache: str | None = field(default=None, metadata={"path": True, "output": True})
     reference: tuple[str, ...] = ("fp32", "fp16")  # engines built to compare against
     trt_calibrator: str | None = field(default="entropy2", metadata={
         "choices": (None, "entropy2", "minmax", "entropy", "legacy")})  # also TensorRT's own calibration
     tactic_sources: tuple[str, ...] = ()
     predict: bool = True  # also simulate each INT8 engine's own precision choices on the CPU
-    layerwise: tuple[str, ...] = ()  # algorithms whose INT8 engine is also built with every tensor marked as an
-    # output, for a per-layer comparison with FP32 (a perturbed engine: marking changes TensorRT's fusions)
+    layerwise: tuple[str, ...] = field(default=(), metadata=ALGORITHM)  # algorithms whose INT8 engine is also
+    # built with every tensor marked as an output, for a per-layer comparison with FP32 (a perturbed engine:
+    # marking changes TensorRT's fusions)
 
 
 @dataclass(frozen=True)
@@ -168,13 +181,17 @@ def _convert(value, tp, key: str, ctx: _Ctx, meta):
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             ctx.fail(key, f"expected a number, got {value!r}")
+        if not math.isfinite(value):
+            ctx.fail(key, f"expected a finite number, got {value!r}")
         return float(value)
     if tp is str:
         if isinstance(value, (int, float)) and not isinstance(value, bool) and not meta.get("path"):
             value = str(value)
         if not isinstance(value, str):
             ctx.fail(key, f"expected a string, got {value!r}")
-        if meta.get("path") and value and not value.startswith("zoo:"):
+        if meta.get("path") and not value.strip():
+            ctx.fail(key, "empty path")
+        if meta.get("path") and not value.startswith("zoo:"):
             p = Path(value).expanduser()
             p = p if p.is_absolute() else ctx.base / p
             if not meta.get("output") and not p.exists():
@@ -201,11 +218,42 @@ def _build(cls, raw: dict, ctx: _Ctx, prefix: str = ""):
             choices = f.metadata.get("choices")
             if choices and values[name] not in choices:
                 ctx.fail(key, f"'{values[name]}' is not one of {', '.join(choices)}")
+            _check(values[name], f.metadata, key, ctx)
         elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            ctx.fail(key, "required key is missing")
+        elif f.metadata.get("path") and f.default == "":
             ctx.fail(key, "required key is missing")
         elif f.metadata.get("path") and isinstance(f.default, str):
             values[name] = _convert(f.default, hints[name], key, ctx, f.metadata)
     return cls(**values)
+
+
+def _check(value, meta: dict, key: str, ctx: _Ctx) -> None:
+    """The limits in a field's metadata: min, max, above (exclusive), nonzero, len, digits, algorithm."""
+    if value is None:
+        return
+    if isinstance(value, tuple):
+        lo, hi = meta.get("len", (0, 1 << 30))
+        if not lo <= len(value) <= hi:
+            ctx.fail(key, f"expected {lo}{f' to {hi}' if hi != lo else ''} values, got {len(value)}")
+        for i, v in enumerate(value):
+            _check(v, meta, f"{key}[{i}]", ctx)
+        return
+    if "min" in meta and value < meta["min"]:
+        ctx.fail(key, f"must be >= {meta['min']}, got {value}")
+    if "max" in meta and value > meta["max"]:
+        ctx.fail(key, f"must be <= {meta['max']}, got {value}")
+    if "above" in meta and value <= meta["above"]:
+        ctx.fail(key, f"must be > {meta['above']}, got {value}")
+    if meta.get("nonzero") and value == 0:
+        ctx.fail(key, "must not be 0")
+    if meta.get("digits") and not value.isdigit():
+        ctx.fail(key, f"expected digits like 8600, got '{value}'")
+    if meta.get("algorithm"):
+        from calib.algorithms import registry
+
+        if value not in registry.names():
+            ctx.fail(key, f"unknown algorithm '{value}' (choose from {', '.join(registry.names())})")
 
 
 def _apply_override(raw: dict, item: str, file: str) -> None:
@@ -213,8 +261,8 @@ def _apply_override(raw: dict, item: str, file: str) -> None:
         raise RecipeError(f"{file}: --set '{item}': expected key=value")
     key, text = item.split("=", 1)
     try:
-        value = yaml.safe_load(text) if text else ""
-    except yaml.YAMLError:
+        value = load_yaml(text) if text else ""
+    except (yaml.YAMLError, YamlLimitError, RecursionError):
         value = text
     node = raw
     parts = key.strip().split(".")
@@ -228,15 +276,23 @@ def _apply_override(raw: dict, item: str, file: str) -> None:
 
 
 def load_recipe(path: str | Path, overrides: typing.Sequence[str] = ()) -> Recipe:
+    if not str(path).strip():
+        raise RecipeError("recipe: empty path")
     path = Path(path)
     if not path.is_file():
         raise RecipeError(f"{path}: recipe file not found")
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        raw = load_yaml(read_bounded(path, MAX_RECIPE_BYTES, "recipe").decode("utf-8"))
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""
         raise RecipeError(f"{path}:{where}: not valid YAML ({getattr(exc, 'problem', exc)})") from None
+    except YamlLimitError as exc:
+        raise RecipeError(f"{path}:{f' line {exc.line}' if exc.line else ''}: {exc}") from None
+    except RecursionError:
+        raise RecipeError(f"{path}: nested too deeply") from None
+    except CalibError as exc:
+        raise RecipeError(str(exc)) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise RecipeError(f"{path}: cannot read recipe ({exc})") from None
     if raw is None:

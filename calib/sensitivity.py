@@ -15,10 +15,10 @@ from calib.calibrate import collect, compute_all, fingerprint_update
 from calib.data.sources import make_source
 from calib.errors import CalibError
 from calib.evaluate.report import _png
-from calib.cache import write_cache
+from calib.cache import Sidecar, write_cache, write_sidecar
 from calib.fallback import (Scorer, best_of, budget_target, layer_inputs, layer_precisions, quantizable_layers, rank,
                             search)
-from calib.io import atomic_write_bytes, atomic_write_json, atomic_write_text
+from calib.io import atomic_write_bytes, atomic_write_json, atomic_write_text, read_bounded
 from calib.model import inspect_model
 from calib.pipeline import staged
 from calib.qdq import Exclusions, insert_qdq
@@ -105,7 +105,7 @@ def _engine_md(e: dict, spec, target: float) -> str:
 
 def run_sensitivity(recipe: Recipe, out: str | Path | None = None, verbose: bool = False) -> Path:
     out = Path(out) if out else Path(recipe.output) / "sensitivity"
-    return staged(out, lambda stage: _sensitivity(recipe, stage, out), verbose)
+    return staged(out, lambda stage: _sensitivity(recipe, stage, out), verbose, "sensitivity")
 
 
 SEARCH_CACHE = "search-cache.json"
@@ -135,9 +135,16 @@ def _search_key(recipe: Recipe, model_sha256: str, calib_fingerprint: str, batch
 
 def _cached_search(out: Path, key: str) -> dict | None:
     p = out / SEARCH_CACHE
+    if not p.is_file():
+        return None
     try:
-        got = json.loads(p.read_text())
-    except (OSError, ValueError):
+        got = json.loads(read_bounded(p, 256 << 20, "search cache"))
+    except (OSError, ValueError, CalibError) as exc:
+        log.warning("%s: unreadable (%s); searching again", p, exc)
+        return None
+    if not isinstance(got, dict) or not all(k in got for k in ("key", "ranking", "found", "per_tensor", "split")) \
+            or not isinstance(got["ranking"], list) or not isinstance(got["found"], dict):
+        log.warning("%s: not a search cache of this calib version; searching again", p)
         return None
     if got.get("key") != key:
         log.info("%s: made for another model, data or settings; searching again", p)
@@ -160,7 +167,8 @@ def _sensitivity(recipe: Recipe, stage: Path, out: Path) -> None:
         from calib.pipeline import equalize_model
 
         model_path, info, equalized = equalize_model(model_path, csrc, stage)
-    info, stats, samples, calib_fp = collect(model_path, csrc, label=recipe.calibration_data.path, info=info)
+    info, stats, samples, calib_fp = collect(model_path, csrc, label=recipe.calibration_data.path, info=info,
+                                             skip_nonfinite=recipe.calibration_data.skip_nonfinite)
     for a in spec.per_tensor:
         if a not in registry.names():
             raise CalibError(f"{recipe.source}: sensitivity.per_tensor: unknown algorithm '{a}'")
@@ -195,11 +203,17 @@ def _sensitivity(recipe: Recipe, stage: Path, out: Path) -> None:
         out.mkdir(parents=True, exist_ok=True)
         atomic_write_json(out / SEARCH_CACHE, {"key": key, "ranking": ranking, "found": found,
                                                "per_tensor": per_tensor, "split": split})
+    atomic_write_json(stage / SEARCH_CACHE, {"key": key, "ranking": ranking, "found": found,
+                                             "per_tensor": per_tensor, "split": split})  # published with the rest
     overrides = None
     if per_tensor is not None:
         overrides = {t: v for t, (_, v) in per_tensor["choices"].items()} or None
         amax = {**amax, **(overrides or {})}
-        write_cache(stage / "per_tensor.cache", amax, recipe.calibration.trt_version, recipe.calibration.carrier)
+        c = recipe.calibration
+        p = write_cache(stage / "per_tensor.cache", amax, c.trt_version, c.carrier)
+        chosen = {t: a for t, (a, _) in per_tensor["choices"].items()}
+        write_sidecar(p, Sidecar(f"per-tensor:{spec.algorithm}", {"choices": chosen}, amax, info.sha256, calib_fp,
+                                 calib.__version__, c.trt_version, c.carrier, samples))
     engine = None
     if recipe.backend.kind == "tensorrt":
         from calib.engine_search import engine_search

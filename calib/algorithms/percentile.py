@@ -4,6 +4,13 @@ import numpy as np
 NAME = "percentile"
 
 
+def check(percentile: float = 99.99) -> str | None:
+    """What is wrong with the parameters, or None (called before any pass over data)."""
+    if isinstance(percentile, bool) or not isinstance(percentile, (int, float)) or not 0.0 < percentile <= 100.0:
+        return f"percentile must be a number in (0, 100], got {percentile!r}"
+    return None
+
+
 def compute_amax(hist, percentile: float = 99.99) -> float:
     if not 0.0 < percentile <= 100.0:
         raise ValueError(f"percentile must be in (0, 100], got {percentile}")

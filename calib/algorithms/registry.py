@@ -13,6 +13,7 @@ class Algorithm:
     name: str
     fn: Callable
     defaults: dict
+    check: Callable | None = None  # params -> a message saying what is wrong with them, or None
 
     def __call__(self, hist, **params) -> float:
         return float(self.fn(hist, **{**self.defaults, **params}))
@@ -26,7 +27,7 @@ def _build() -> dict[str, Algorithm]:
         fn = mod.compute_amax
         sig = inspect.signature(fn)
         defaults = {k: p.default for k, p in sig.parameters.items() if p.default is not inspect.Parameter.empty}
-        out[mod.NAME] = Algorithm(mod.NAME, fn, defaults)
+        out[mod.NAME] = Algorithm(mod.NAME, fn, defaults, getattr(mod, "check", None))
     return out
 
 
@@ -55,7 +56,11 @@ def check_params(name: str, params: dict) -> dict:
     unknown = sorted(set(params) - set(algo.defaults))
     if unknown:
         raise CalibError(f"algorithm '{name}' has no parameter '{unknown[0]}' (has {', '.join(algo.defaults)})")
-    return {**algo.defaults, **params}
+    full = {**algo.defaults, **params}
+    problem = algo.check(**full) if algo.check is not None else None
+    if problem:
+        raise CalibError(f"algorithm '{name}': {problem}")
+    return full
 
 
 def compute(name: str, hist, **params) -> float:

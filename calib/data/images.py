@@ -8,13 +8,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from PIL import Image, UnidentifiedImageError
+from PIL import Image, ImageOps, UnidentifiedImageError
 
 from calib.data.transforms import Letterbox, Preprocessor
 from calib.errors import DataError
+from calib.io import printable
 
 log = logging.getLogger(__name__)
 IMAGE_EXT = {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff", ".ppm", ".pgm", ".gif"}
+MAX_PIXELS = Image.MAX_IMAGE_PIXELS or 89_478_485  # Pillow's decompression-bomb limit
+_SIXTEEN_BIT = ("I;16", "I;16L", "I;16B", "I;16N", "I")
+_TRANSPOSED = (5, 6, 7, 8)  # EXIF orientations that swap width and height
+UNREADABLE = (OSError, UnidentifiedImageError, ValueError, Image.DecompressionBombError)
+
+
+class ImageTooLarge(ValueError):
+    """An image with more pixels than the data spec's max_pixels (a decompression bomb?)."""
 
 
 @dataclass(frozen=True)
@@ -104,9 +113,11 @@ def yolo_samples(path: str | Path) -> list[Sample]:
         try:
             with Image.open(p) as im:  # reads the header only
                 w, h = im.size
+                if im.getexif().get(0x0112) in _TRANSPOSED:  # labels are for the image as displayed
+                    w, h = h, w
             cx, cy, bw, bh = (rows[:, k] for k in range(1, 5))
             boxes = np.stack([(cx - bw / 2) * w, (cy - bh / 2) * h, bw * w, bh * h], 1)
-        except (OSError, UnidentifiedImageError):
+        except UNREADABLE:
             pass  # reported when the image is loaded
         samples.append(Sample(p, i, classes=rows[:, 0].astype(np.int64), boxes=boxes,
                               extra={"yolo": rows[:, 1:]}))
@@ -124,10 +135,31 @@ def subset(samples: list, limit: int | None, seed: int, offset: int = 0) -> list
     return [samples[i] for i in sorted(picked)]
 
 
-def open_image(path: Path) -> Image.Image:
+def to_rgb(im: Image.Image) -> Image.Image:
+    """8-bit RGB as Pillow users expect: 16-bit gray scaled (not clipped) to 0-255, float gray in [0, 1] or
+    [0, 255] scaled likewise, a palette with transparency through RGBA, alpha dropped."""
+    if im.mode in _SIXTEEN_BIT:
+        a = np.asarray(im).astype(np.float64)
+        im = Image.fromarray(np.round(np.clip(a, 0, 65535) / 257.0).astype(np.uint8), "L")
+    elif im.mode == "F":
+        a = np.nan_to_num(np.asarray(im, np.float64), nan=0.0, posinf=0.0, neginf=0.0)
+        a = a * 255.0 if a.size and a.max() <= 1.0 else a
+        im = Image.fromarray(np.round(np.clip(a, 0, 255)).astype(np.uint8), "L")
+    elif im.mode in ("P", "PA"):
+        im = im.convert("RGBA")
+    return im if im.mode == "RGB" else im.convert("RGB")
+
+
+def open_image(path: Path, max_pixels: int = MAX_PIXELS) -> Image.Image:
+    """An image file as 8-bit RGB, upright (EXIF orientation applied); more than `max_pixels` is refused
+    before decoding (ImageTooLarge), as Pillow refuses twice its own limit (DecompressionBombError)."""
     with Image.open(path) as im:
+        w, h = im.size
+        if w * h > max_pixels:
+            raise ImageTooLarge(f"{w}x{h} pixels, more than max_pixels={max_pixels}")
         im.load()
-        return im.convert("RGB")
+        im = ImageOps.exif_transpose(im)
+        return to_rgb(im)
 
 
 def as_array(out) -> tuple[np.ndarray, object]:
@@ -146,7 +178,7 @@ class ImageSource:
     `preprocess` is a calib Preprocessor or any callable taking a PIL image (e.g. a torchvision transform)."""
 
     def __init__(self, samples: list[Sample], preprocess: Preprocessor, input_name: str, batch_size: int = 8,
-                 max_bad: float = 0.1, label: str = "images"):
+                 max_bad: float = 0.1, label: str = "images", max_pixels: int = MAX_PIXELS):
         if not samples:
             raise DataError(f"{label}: no images")
         self.samples = samples
@@ -155,19 +187,21 @@ class ImageSource:
         self.batch_size = batch_size
         self.max_bad = max_bad
         self.label = label
-        self.bad: list[str] = []
+        self.max_pixels = max_pixels
+        self.bad: list[str] = []  # printable names of the files skipped
 
     def __len__(self) -> int:
         return len(self.samples)
 
     def _load(self, s: Sample):
         try:
-            return as_array(self.pre(open_image(s.path)))
-        except (OSError, UnidentifiedImageError, ValueError) as exc:
-            self.bad.append(str(s.path))
-            log.warning("skipping unreadable image %s (%s)", s.path, exc.__class__.__name__)
+            return as_array(self.pre(open_image(s.path, self.max_pixels)))
+        except UNREADABLE as exc:
+            name = printable(s.path)
+            self.bad.append(name)
+            log.warning("skipping unreadable image %s (%s: %s)", name, exc.__class__.__name__, exc)
             if len(self.bad) > self.max_bad * len(self.samples):
-                raise DataError(f"{s.path}: {len(self.bad)} of {len(self.samples)} images unreadable "
+                raise DataError(f"{name}: {len(self.bad)} of {len(self.samples)} images unreadable "
                                 f"(more than max_bad={self.max_bad:g})") from None
             return None
 
@@ -181,7 +215,7 @@ class ImageSource:
                 continue
             good += 1
             if xs and got[0].shape != xs[0].shape:
-                raise DataError(f"{s.path}: preprocessed to shape {list(got[0].shape)}, the batch has "
+                raise DataError(f"{printable(s.path)}: preprocessed to shape {list(got[0].shape)}, the batch has "
                                 f"{list(xs[0].shape)} (set preprocess.resize for images of different sizes)")
             xs.append(got[0])
             ss.append(s)

@@ -92,4 +92,4 @@ def make_source(spec: DataSpec, pre_spec: PreprocessSpec, input_name: str, batch
     else:
         raise DataError(f"unknown data kind '{spec.kind}'")
     return ImageSource(subset(samples, spec.limit, spec.seed, spec.offset), pre, input_name, batch_size,
-                       spec.max_bad, label)
+                       spec.max_bad, label, spec.max_pixels)

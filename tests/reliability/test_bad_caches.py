@@ -4,11 +4,14 @@ import json
 import pytest
 from click.testing import CliRunner
 
+from calib.cache import hex_to_scale
 from calib.cli import main
 from conftest import conv_relu_gap
 from reliability.test_bad_inputs import one_line_failure
 
-GOOD = "TRT-8600-EntropyCalibration2\ninput: 3c010204\nconv1: 3c810204\n"
+TENSORS = ("input", "conv1", "relu1", "pool1", "conv2", "add1", "gap", "flat", "logits")  # conv_relu_gap's
+GOOD = "TRT-8600-EntropyCalibration2\n" + "".join(f"{t}: 3c810204\n" for t in TENSORS)
+GOOD_AMAX = {t: hex_to_scale("3c810204") * 127 for t in TENSORS}
 
 
 @pytest.mark.parametrize("text,needle", [
@@ -33,7 +36,7 @@ def test_bad_cache(tmp_path, text, needle):
 def test_other_model_hash_and_override(tmp_path):
     model = conv_relu_gap(tmp_path / "m.onnx")
     (tmp_path / "c.cache").write_text(GOOD)
-    (tmp_path / "c.json").write_text(json.dumps({"algorithm": "minmax", "amax": {}, "model_sha256": "0" * 64}))
+    (tmp_path / "c.json").write_text(json.dumps({"algorithm": "minmax", "amax": GOOD_AMAX, "model_sha256": "0" * 64}))
     args = ["cache", "convert", str(tmp_path / "c.cache"), "--model", str(model), "--to", "qdq", "-o",
             str(tmp_path / "q.onnx")]
     one_line_failure(CliRunner().invoke(main, args), "c.json", "--ignore-hash")
@@ -43,7 +46,7 @@ def test_other_model_hash_and_override(tmp_path):
 def test_inspect_checks_the_model_hash(tmp_path):
     model = conv_relu_gap(tmp_path / "m.onnx")
     (tmp_path / "c.cache").write_text(GOOD)
-    (tmp_path / "c.json").write_text(json.dumps({"algorithm": "minmax", "amax": {}, "model_sha256": "0" * 64}))
+    (tmp_path / "c.json").write_text(json.dumps({"algorithm": "minmax", "amax": GOOD_AMAX, "model_sha256": "0" * 64}))
     args = ["cache", "inspect", str(tmp_path / "c.cache"), "--model", str(model)]
     one_line_failure(CliRunner().invoke(main, args), "c.json", "--ignore-hash")
     r = CliRunner().invoke(main, [*args, "--ignore-hash"])

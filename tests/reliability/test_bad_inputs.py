@@ -81,17 +81,25 @@ def test_empty_dataset(workdir):
     one_line_failure(run(workdir, "folder", "empty"), "no images")
 
 
-def test_nan_activations_do_not_poison_the_cache(workdir):
+def test_nan_input_is_refused_naming_the_sample_or_left_out_on_request(workdir):
     x = np.random.default_rng(0).random((8, 3, 8, 8), dtype=np.float32)
-    x[0, 0, 0, 0] = np.nan
+    x[5, 0, 0, 0] = np.nan
+    x[6, 1, 2, 2] = np.inf
     np.save(workdir / "x.npy", x)
-    r = CliRunner().invoke(main, ["--quiet", "calibrate", str(workdir / "tiny.onnx"), "--data", str(workdir / "x.npy"),
-                                  "--out", str(workdir / "c"), "--algo", "minmax"])
+    args = ["--quiet", "calibrate", str(workdir / "tiny.onnx"), "--data", str(workdir / "x.npy"),
+            "--out", str(workdir / "c"), "--algo", "minmax"]
+    one_line_failure(CliRunner().invoke(main, args), "x.npy", "sample 5", "NaN", "--skip-nonfinite")
+    assert no_files(workdir / "c")
+    r = CliRunner().invoke(main, [*args, "--skip-nonfinite"])
     assert r.exit_code == 0, r.output
-    from calib.cache import read_cache
+    assert "left out 2 samples" in r.output
+    from calib.cache import read_cache, read_sidecar
 
     c = read_cache(workdir / "c" / "minmax.cache")
     assert all(np.isfinite(v) for v in c.scales.values())
+    side = read_sidecar(workdir / "c" / "minmax.cache")
+    assert side["samples"] == 6 and side["extra"]["nonfinite_samples_left_out"] == 2
+    assert c.amax("input") == pytest.approx(float(np.delete(x, [5, 6], 0).max()), rel=1e-6)
 
 
 def test_all_nan_input_is_an_error(workdir):

@@ -1,0 +1,163 @@
+"""Recipes, CLI values and models checked before any work: one line naming the key or file, nothing written."""
+import time
+
+import numpy as np
+import onnx
+import pytest
+from click.testing import CliRunner
+from onnx import TensorProto, helper
+
+import calib.calibrate as cal
+from calib.cli import main
+from calib.errors import CalibError
+from reliability.test_bad_inputs import TINY, no_files, one_line_failure, workdir  # noqa: F401  (fixture)
+
+
+@pytest.fixture
+def no_pass(monkeypatch):
+    """Any statistics pass is a failure here: every check must come first."""
+    def boom(*a, **k):
+        raise AssertionError("a pass over the data started before the bad value was found")
+
+    import calib.pipeline
+    import calib.sensitivity  # imported first: they take `collect` from calib.calibrate at import
+
+    monkeypatch.setattr(cal, "collect", boom)
+    monkeypatch.setattr(calib.pipeline, "collect", boom)
+    monkeypatch.setattr(calib.sensitivity, "collect", boom)
+
+
+def run(tmp, *args, text=None, command="run"):
+    (tmp / "r.yaml").write_text(text if text is not None else TINY.format(kind="folder", path="imgs"))
+    return CliRunner().invoke(main, ["--quiet", command, str(tmp / "r.yaml"), *args])
+
+
+BILLION_LAUGHS = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"{c}: &{c} [*{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}]\n"
+    for p, c in zip("abcdefgh", "bcdefghi")) + "name: *i\n"
+
+
+def test_alias_bomb_is_refused_quickly(workdir, no_pass):  # noqa: F811
+    t0 = time.perf_counter()
+    one_line_failure(run(workdir, text=BILLION_LAUGHS), "r.yaml", "aliases are expanded")
+    assert time.perf_counter() - t0 < 10
+
+
+def test_many_aliases_and_recursive_aliases_are_refused(workdir, no_pass):  # noqa: F811
+    one_line_failure(run(workdir, text="a: &a [1]\nb: [" + ", ".join(["*a"] * 1500) + "]\n"), "r.yaml", "aliases")
+    one_line_failure(run(workdir, text="a: &a [1, *a]\n"), "r.yaml")
+
+
+def test_aliases_within_bounds_still_work(workdir):  # noqa: F811
+    text = TINY.format(kind="folder", path="imgs").replace("calibration_data: {kind: folder, path: imgs}",
+                                                           "calibration_data: &cal {kind: folder, path: imgs}")
+    from calib.recipe import load_recipe
+
+    (workdir / "r.yaml").write_text(text + "evaluation_data: *cal\n")
+    r = load_recipe(workdir / "r.yaml")
+    assert r.evaluation_data == r.calibration_data
+
+
+@pytest.mark.parametrize("text,key", [
+    ("name: a\nname: b\n", "'name'"),
+    ("calibration: {batch_size: 4, batch_size: 8}\n", "'batch_size'"),
+])
+def test_duplicate_keys_are_refused(workdir, no_pass, text, key):  # noqa: F811
+    base = TINY.format(kind="folder", path="imgs").replace("name: tiny\n", "").replace(
+        "calibration: {algorithms: [minmax, entropy], batch_size: 4}\n", "")
+    r = run(workdir, text=base + text)
+    one_line_failure(r, "r.yaml", "duplicate key", key, "line")
+
+
+@pytest.mark.parametrize("setting,key", [
+    ("calibration.batch_size=0", "calibration.batch_size"),
+    ("calibration.batch_size=-3", "calibration.batch_size"),
+    ("evaluation.batch_size=0", "evaluation.batch_size"),
+    ("backend.batch_size=0", "backend.batch_size"),
+    ("calibration_data.limit=0", "calibration_data.limit"),
+    ("calibration_data.limit=-1", "calibration_data.limit"),
+    ("calibration_data.offset=-1", "calibration_data.offset"),
+    ("calibration_data.seed=-1", "calibration_data.seed"),
+    ("calibration_data.max_bad=2", "calibration_data.max_bad"),
+    ("calibration_data.max_pixels=0", "calibration_data.max_pixels"),
+    ("calibration_data.path=", "calibration_data.path"),
+    ("calibration_data.path=' '", "calibration_data.path"),
+    ("model=", "model"),
+    ("output=", "output"),
+    ("calibration.algorithms=[minmax, kl]", "calibration.algorithms[1]"),
+    ("calibration.algorithms=[]", "calibration.algorithms"),
+    ("calibration.percentile=150", "calibration.percentile"),
+    ("calibration.percentile=0", "calibration.percentile"),
+    ("calibration.percentile=.nan", "calibration.percentile"),
+    ("calibration.trt_version=8.6", "calibration.trt_version"),
+    ("preprocess.resize=[0, 0]", "preprocess.resize[0]"),
+    ("preprocess.resize=[8, 8, 8]", "preprocess.resize"),
+    ("preprocess.crop=[-1]", "preprocess.crop[0]"),
+    ("preprocess.std=[0.2, 0, 0.2]", "preprocess.std[1]"),
+    ("preprocess.std=0", "preprocess.std[0]"),
+    ("preprocess.scale=0", "preprocess.scale"),
+    ("preprocess.pad_value=300", "preprocess.pad_value"),
+    ("evaluation.detection.iou_threshold=1.5", "evaluation.detection.iou_threshold"),
+    ("sensitivity.algorithm=kl", "sensitivity.algorithm"),
+    ("sensitivity.per_tensor=[mse, kl]", "sensitivity.per_tensor[1]"),
+    ("sensitivity.samples=0", "sensitivity.samples"),
+    ("backend.optimization_level=9", "backend.optimization_level"),
+    ("backend.layerwise=[kl]", "backend.layerwise[0]"),
+])
+def test_bad_values_are_refused_before_any_work(workdir, no_pass, setting, key):  # noqa: F811
+    for command in ("run", "sensitivity"):
+        r = run(workdir, "--set", setting, command=command)
+        one_line_failure(r, "r.yaml", f"{key}:")
+        assert no_files(workdir / "out")
+
+
+def test_cli_values_are_checked_before_any_work(workdir, no_pass):  # noqa: F811
+    np.save(workdir / "x.npy", np.zeros((4, 3, 8, 8), np.float32))
+    base = ["calibrate", str(workdir / "tiny.onnx"), "--data", str(workdir / "x.npy"), "--out", str(workdir / "c")]
+    for extra, needle in ((["--percentile", "150"], "--percentile"), (["--batch-size", "0"], "--batch-size"),
+                          (["--algo", "minmax,kl"], "unknown algorithm 'kl'"), (["--algo", ","], "--algo")):
+        r = CliRunner().invoke(main, [*base, *extra])
+        assert r.exit_code == 2 and needle in r.output and "Traceback" not in r.output, r.output
+        assert no_files(workdir / "c")
+    with pytest.raises(CalibError, match="percentile"):
+        cal.calibrate(workdir / "tiny.onnx", workdir / "x.npy", ["percentile"], {"percentile": {"percentile": 150}})
+
+
+def _no_inputs(path):
+    g = helper.make_graph([helper.make_node("Constant", [], ["c"], value=helper.make_tensor("v", 1, [1], [1.0]))],
+                          "g", [], [helper.make_tensor_value_info("c", TensorProto.FLOAT, [1])])
+    onnx.save(helper.make_model(g), str(path))
+
+
+@pytest.mark.parametrize("make,needle", [
+    (lambda p: p.write_bytes(b""), "empty file"),
+    (lambda p: p.write_text("name: not a model\n" * 20), "ONNX model"),
+    (lambda p: p.write_bytes(bytes(range(256)) * 4), "model"),
+    (_no_inputs, "no inputs"),
+])
+def test_bad_model_files_are_named(workdir, make, needle):  # noqa: F811
+    make(workdir / "bad.onnx")
+    np.save(workdir / "x.npy", np.zeros((4, 3, 8, 8), np.float32))
+    r = CliRunner().invoke(main, ["calibrate", str(workdir / "bad.onnx"), "--data", str(workdir / "x.npy"), "--out",
+                                  str(workdir / "c")])
+    one_line_failure(r, "bad.onnx", needle)
+    (workdir / "r.yaml").write_text(TINY.format(kind="folder", path="imgs").replace("tiny.onnx", "bad.onnx"))
+    one_line_failure(CliRunner().invoke(main, ["--quiet", "run", str(workdir / "r.yaml")]), "bad.onnx")
+    assert no_files(workdir / "c") and no_files(workdir / "out")
+
+
+def test_nan_in_recipe_data_is_refused_or_skipped_and_reported(workdir):  # noqa: F811
+    x = np.random.default_rng(0).random((8, 3, 8, 8), dtype=np.float32)
+    x[3, 0, 1, 1] = np.inf
+    np.save(workdir / "x.npy", x)
+    text = TINY.format(kind="npy", path="x.npy")
+    one_line_failure(run(workdir, text=text), "x.npy", "sample 3", "NaN or Inf", "skip_nonfinite")
+    assert no_files(workdir / "out")
+    r = run(workdir, "--set", "calibration_data.skip_nonfinite=true", text=text)
+    assert r.exit_code == 0, r.output
+    import json
+
+    report = json.loads((workdir / "out" / "report.json").read_text())
+    assert report["calibration"]["nonfinite_left_out"] == ["sample 3 (row 3)"]
+    assert report["calibration"]["samples"] == 7
+    assert "NaN or Inf" in (workdir / "out" / "run.log").read_text()
