@@ -127,12 +127,19 @@ class DetectionSet:
 
 def coco_map(images, gt_boxes, detections) -> dict:
     """mAP50 and mAP50:95 with pycocotools. images: [(id, w, h)]; gt_boxes: [(id, xywh, class)];
-    detections: [(id, xywh, score, class)]."""
+    detections: [(id, xywh, score, class)]. Classes are the model's class indices on both sides."""
+    return coco_map_matches(images, gt_boxes, detections)[0]
+
+
+def coco_map_matches(images, gt_boxes, detections):
+    """(coco_map's result, the per-image matches behind it for the bootstrap, or None without boxes)."""
     from pycocotools.coco import COCO
     from pycocotools.cocoeval import COCOeval
 
+    from calib.evaluate.ap import matches_from_cocoeval
+
     if not gt_boxes:
-        return {"map50": None, "map50_95": None, "gt_boxes": 0}
+        return {"map50": None, "map50_95": None, "gt_boxes": 0}, None
     classes = sorted({int(c) for _, _, c in gt_boxes} | {int(d[3]) for d in detections})
     gt = {"images": [{"id": int(i), "width": int(w), "height": int(h)} for i, w, h in images],
           "categories": [{"id": c, "name": str(c)} for c in classes],
@@ -144,12 +151,13 @@ def coco_map(images, gt_boxes, detections) -> dict:
         cg.dataset = gt
         cg.createIndex()
         if not detections:
-            return {"map50": 0.0, "map50_95": 0.0, "gt_boxes": len(gt_boxes)}
+            return {"map50": 0.0, "map50_95": 0.0, "gt_boxes": len(gt_boxes)}, None
         cd = cg.loadRes([{"image_id": int(i), "bbox": [float(v) for v in b], "score": float(s),
                           "category_id": int(c)} for i, b, s, c in detections])
         ev = COCOeval(cg, cd, "bbox")
         ev.evaluate()
         ev.accumulate()
         ev.summarize()
-    return {"map50_95": float(max(ev.stats[0], 0.0)), "map50": float(max(ev.stats[1], 0.0)),
-            "gt_boxes": len(gt_boxes)}
+    res = {"map50_95": float(max(ev.stats[0], 0.0)), "map50": float(max(ev.stats[1], 0.0)),
+           "gt_boxes": len(gt_boxes)}
+    return res, matches_from_cocoeval(ev, [i for i, _, _ in images])
