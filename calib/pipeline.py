@@ -33,7 +33,8 @@ def _params(recipe: Recipe) -> dict:
 
 def run_recipe(recipe: Recipe, out: str | Path | None = None, verbose: bool = False) -> Path:
     """Run `recipe`; outputs appear in `out` only once everything has succeeded."""
-    return staged(Path(out or recipe.output), lambda stage: _run(recipe, stage), verbose)
+    final = Path(out or recipe.output)
+    return staged(final, lambda stage: _run(recipe, stage, final), verbose)
 
 
 def _lock(out: Path) -> Path:
@@ -95,7 +96,7 @@ def equalize_model(model_path: Path, source, stage: Path):
     return out, inspect_model(out), done
 
 
-def _run(recipe: Recipe, stage: Path) -> None:
+def _run(recipe: Recipe, stage: Path, final: Path | None = None) -> None:
     t0 = time.perf_counter()
     model_path = original = resolve(recipe.model)
     info = inspect_model(model_path)
@@ -165,7 +166,9 @@ def _run(recipe: Recipe, stage: Path) -> None:
               "calibration": {"samples": samples, "data_fingerprint": fp, "algorithms": list(c.algorithms),
                               "params": used, "seconds": secs},
               "evaluation": {"samples": result["samples"], "configs": result["configs"]},
-              "fp32_task": result.get("fp32_task"), "summary": summ, "qdq_model": qdq_name, "files": files}
+              "fp32_task": result.get("fp32_task"), "summary": summ, "qdq_model": qdq_name, "files": files,
+              "model_file": str(model_path), "out_dir": str(final or recipe.output),
+              "caches": {a: f"{final or recipe.output}/{a}.cache" for a in c.algorithms}}
     if equalized is not None:
         report["equalization"] = equalized
         files.append(equalized["file"])

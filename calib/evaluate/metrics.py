@@ -41,6 +41,23 @@ class TensorStats:
                 "max_abs": self.maxabs}
 
 
+@dataclass
+class OutputRows:
+    """Per-sample sums of one output (row i of the batch axis is sample i), for intervals over samples."""
+
+    parts: list = field(default_factory=list)  # [rows, 4]: sum ref^2, sum (ref - test)^2, sum ref*test, sum test^2
+
+    def update(self, ref: np.ndarray, test: np.ndarray) -> None:
+        r = np.asarray(ref, np.float64).reshape(ref.shape[0] if ref.ndim else 1, -1)
+        t = np.asarray(test, np.float64).reshape(r.shape)
+        d = r - t
+        self.parts.append(np.stack([np.einsum("ij,ij->i", r, r), np.einsum("ij,ij->i", d, d),
+                                    np.einsum("ij,ij->i", r, t), np.einsum("ij,ij->i", t, t)], 1))
+
+    def sums(self) -> np.ndarray:
+        return np.concatenate(self.parts) if self.parts else np.zeros((0, 4))
+
+
 def _flat(x) -> np.ndarray:
     x = np.asarray(x)
     if x.dtype not in (np.float32, np.float64):
@@ -74,6 +91,15 @@ class Classification:
     ref_top5: int = 0
     test_top1: int = 0
     test_top5: int = 0
+    per_sample: dict = field(default_factory=dict)  # name -> [0/1 arrays per batch], for the bootstrap
+
+    def _keep(self, name: str, values: np.ndarray) -> None:
+        self.per_sample.setdefault(name, []).append(np.asarray(values, bool))
+
+    def samples(self, name: str) -> np.ndarray:
+        """Per-sample 0/1 outcomes: agree1, agree5 (all samples); ref1, test1 (labelled samples only)."""
+        got = self.per_sample.get(name)
+        return np.concatenate(got) if got else np.zeros(0, bool)
 
     def update(self, ref: np.ndarray, test: np.ndarray, labels=None) -> None:
         ref, test = ref.reshape(ref.shape[0], -1), test.reshape(test.shape[0], -1)
@@ -84,6 +110,8 @@ class Classification:
         self.n += ref.shape[0]
         self.agree1 += int((r1 == t1).sum())
         self.agree5 += int((t5 == r1[:, None]).any(1).sum())
+        self._keep("agree1", r1 == t1)
+        self._keep("agree5", (t5 == r1[:, None]).any(1))
         if labels is not None:
             lab = np.asarray([-1 if v is None else v for v in labels])
             ok = lab >= 0
@@ -92,6 +120,8 @@ class Classification:
             self.test_top1 += int((t1 == lab)[ok].sum())
             self.ref_top5 += int((r5 == lab[:, None]).any(1)[ok].sum())
             self.test_top5 += int((t5 == lab[:, None]).any(1)[ok].sum())
+            self._keep("ref1", (r1 == lab)[ok])
+            self._keep("test1", (t1 == lab)[ok])
 
     def result(self) -> dict:
         out = {"samples": self.n, "agreement_top1": self.agree1 / self.n if self.n else None,
