@@ -97,7 +97,7 @@ def _intervals(result: dict, names, task: str, outputs, comps, cls, det) -> None
     labels ("fp32_intervals") and every pair of configurations compared on the primary metric ("paired")."""
     figs, reps = {}, {}
     for name in names:
-        f, r = confidence.output_figures(comps[name])
+        f, r = confidence.output_figures(comps[name], lowest=task == "outputs")
         if task == "classification":
             f2, r2 = confidence.classification_figures(cls[name])
         elif det is not None:

@@ -70,7 +70,8 @@ def classification_figures(cls, seed: int = u.SEED) -> tuple[dict, dict]:
     return figs, reps
 
 
-def output_figures(comparison, seed: int = u.SEED) -> tuple[dict, dict]:
+def output_figures(comparison, seed: int = u.SEED, lowest: bool = True) -> tuple[dict, dict]:
+    """SQNR and cosine of each output against FP32; with `lowest`, also the lowest SQNR of several outputs."""
     figs, reps, sq = {}, {}, []
     for o, rows in comparison.rows.items():
         s = rows.sums()
@@ -83,7 +84,7 @@ def output_figures(comparison, seed: int = u.SEED) -> tuple[dict, dict]:
         figs[f"{o}_sqnr_db"] = u.figure(f_sqnr(ones)[0], reps[f"{o}_sqnr_db"], n)
         figs[f"{o}_cosine"] = u.figure(f_cos(ones)[0], reps[f"{o}_cosine"], n)
         sq.append((f_sqnr(ones)[0], reps[f"{o}_sqnr_db"], n))
-    if len(sq) > 1 and len({n for _, _, n in sq}) == 1:
+    if lowest and len(sq) > 1 and len({n for _, _, n in sq}) == 1:
         reps["min_output_sqnr_db"] = np.min(np.stack([r for _, r, _ in sq]), 0)
         figs["min_output_sqnr_db"] = u.figure(min(v for v, _, _ in sq), reps["min_output_sqnr_db"], sq[0][2])
     return figs, reps

@@ -48,10 +48,10 @@ def size_warnings(evaluation: dict) -> list[str]:
     n = evaluation.get("samples", 0)
     unit = "images" if evaluation.get("task") == "detection" else "samples"
     if n < MIN_SAMPLES:
-        out.append(f"only {n} evaluation {unit} (fewer than {MIN_SAMPLES}): too few to tell configurations apart")
+        out.append(f"only {n} evaluation {unit}, fewer than {MIN_SAMPLES}: too few to tell configurations apart")
     boxes = evaluation.get("fp32_boxes")
     if evaluation.get("task") == "detection" and boxes is not None and boxes < MIN_BOXES:
-        out.append(f"only {boxes} FP32 boxes (fewer than {MIN_BOXES}): mAP against them is too coarse to decide")
+        out.append(f"only {boxes} FP32 boxes, fewer than {MIN_BOXES}: mAP against them is too coarse to decide")
     return out
 
 
@@ -80,20 +80,21 @@ def decide(evaluation: dict, candidates: list[str], fallback_score=None) -> dict
     comp = _oriented(paired, ship, runner)
     tied = [n for n in order[1:] if not (_oriented(paired, ship, n) or {}).get("significant")]
     what = label(key)
-    how = ""
+    how = f"{what}: no paired comparison with {runner}"
     if comp is not None:
         ci = comp.get("ci95")
-        how = (f"{what} difference {_fmt(comp['diff'], key)} (95 % CI {_fmt(ci[0], key) if ci else '-'} to "
-               f"{_fmt(ci[1], key) if ci else '-'}, {comp['n']} {'images' if evaluation['task'] == 'detection' else 'samples'}"
-               + (f", {comp['method']} p = {comp['p_value']:.3g}" if comp["method"].startswith("McNemar") else "")
+        unit = "images" if evaluation["task"] == "detection" else "samples"
+        how = (f"{what} {_fmt(comp['diff'], key)} over {runner} (95 % CI {_fmt(ci[0], key) if ci else '-'} to "
+               f"{_fmt(ci[1], key) if ci else '-'}, {comp['n']} {unit}"
+               + (f"; {comp['method']} p = {comp['p_value']:.3g}" if comp["method"].startswith("McNemar") else "")
                + ")")
     d = {"metric": key, "ship": ship, "runner_up": runner, "comparison": comp, "tied": tied, "warnings": warnings}
     if warnings:
         return {**d, "status": "too_small", "best": None,
-                "reason": f"the evaluation is too small to decide ({'; '.join(warnings)}); {ship} has the highest "
-                          f"{what}, {how} against {runner}"}
+                "reason": f"the evaluation is too small to decide: {'; '.join(warnings)}. {ship} has the highest "
+                          f"{how}"}
     if comp is not None and comp.get("significant"):
         return {**d, "status": "best", "best": ship,
-                "reason": f"{ship} is better than the runner-up {runner} beyond noise: {how}"}
+                "reason": f"{ship} is better than the runner-up beyond noise: {how}"}
     return {**d, "status": "tie", "best": None,
             "reason": f"no significant difference between {ship} and {runner}: {how}"}

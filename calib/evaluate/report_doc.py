@@ -69,8 +69,8 @@ def ship_sentence(s: dict, caches: dict) -> list[tuple]:
                       f"{reason}. {others} would do as well on this evaluation.")]
     if d["status"] == "too_small":
         return [("p", f"**Ship {cache}** ({ship}) only provisionally: {reason}."),
-                ("warn", "Warning: " + "; ".join(d["warnings"]) + ". Evaluate on more images before relying on "
-                 "the choice (recipe key evaluation_data).")]
+                ("warn", "Warning: too small an evaluation to choose between algorithms. Evaluate on more images "
+                 "(recipe key evaluation_data) before relying on the choice.")]
     return [("p", f"**Ship {cache}** ({ship}): {reason}.")]
 
 
