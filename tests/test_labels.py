@@ -125,3 +125,27 @@ def test_top1_accuracy_against_labels_beside_agreement(tmp_path, tiny_model):
 
 def test_coco80_ids_constant_is_sorted_and_complete():
     assert list(COCO80_IDS) == sorted(COCO80_IDS) and len(COCO80_IDS) == 80 and COCO80_IDS[-1] == 90
+
+
+@pytest.mark.slow
+def test_foolbox_imagenet_samples_are_labelled_photos(tmp_path):
+    """foolbox's 20 ImageNet photos carry their class index in the file name: MobileNetV2 in FP32 (the golden
+    model TensorRT was measured on) gets 18 of them right, so the labels are real ones and read correctly."""
+    from calib.errors import CalibError
+    from calib.zoo import IMAGENET_SAMPLE_CLASSES, fetch_data
+    from conftest import golden
+
+    model = golden("mobilenet_v2", "mobilenet_v2_imagenet.onnx")
+    try:
+        folder = fetch_data("imagenet-samples", root=tmp_path)
+    except CalibError as exc:
+        pytest.skip(f"foolbox not downloadable here: {exc}")
+    spec = DataSpec(kind="folder", path=str(folder), label_regex=r"_(\d+)\.jpg$")
+    assert [s.label for s in image_samples(spec)] == list(IMAGENET_SAMPLE_CLASSES)
+    pre = PreprocessSpec(resize=(256,), mode="shorter", crop=(224,), mean=(0.485, 0.456, 0.406),
+                         std=(0.229, 0.224, 0.225))
+    res = evaluate(model, {"input_only": {"input": 2.7}}, make_source(spec, pre, "input", 10),
+                   task="classification", layerwise=False)
+    fp32 = res["fp32_intervals"]["top1"]
+    assert fp32["n"] == 20 and fp32["value"] == pytest.approx(0.9)
+    assert res["configs"]["input_only"]["intervals"]["top1"]["n"] == 20

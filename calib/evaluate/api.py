@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from pathlib import Path
 
 
@@ -95,6 +96,7 @@ def evaluate(model, caches: dict, source, task: str = "outputs", detection: Dete
 def _intervals(result: dict, names, task: str, outputs, comps, cls, det) -> None:
     """Each configuration's figures with 95 % intervals over samples ("intervals"), FP32's own figures against
     labels ("fp32_intervals") and every pair of configurations compared on the primary metric ("paired")."""
+    t0 = time.perf_counter()
     figs, reps = {}, {}
     for name in names:
         f, r = confidence.output_figures(comps[name], lowest=task == "outputs")
@@ -121,3 +123,4 @@ def _intervals(result: dict, names, task: str, outputs, comps, cls, det) -> None
     result["primary_metric"] = key
     result["paired"] = confidence.paired(names, figs, reps, key, cls if task == "classification" else None)
     result["bootstrap"] = confidence.method(task)
+    log.info("intervals and paired comparisons: %.1f s", time.perf_counter() - t0)
