@@ -17,7 +17,7 @@ from calib.evaluate.confidence import label
 from calib.evaluate.decision import decide
 from calib.io import atomic_write_text
 
-MAX_LAYERS_PLOTTED = 60
+MAX_LAYERS_PLOTTED = 80
 _TASK_ORDER = {"classification": ("agreement_top1", "top1", "agreement_top5"),
                "detection": ("map50_95_vs_fp32", "map50_vs_fp32", "map50_95_labels", "map50_labels")}
 
