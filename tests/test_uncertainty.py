@@ -130,7 +130,8 @@ def test_weighted_map_equals_pycocotools_on_duplicated_images(seed):
     point, m = coco_map_matches(images, gt, dets)
     assert isinstance(m, Matches)
     m50, m5095 = m.map(np.ones((1, n)))
-    assert m50[0] == pytest.approx(point["map50"], abs=1e-12) and m5095[0] == pytest.approx(point["map50_95"], abs=1e-12)
+    assert m50[0] == pytest.approx(point["map50"], abs=1e-12)
+    assert m5095[0] == pytest.approx(point["map50_95"], abs=1e-12)
     w = rng.integers(0, 3, n)
     w[0] = max(w[0], 1)
     images2, gt2, dets2, nid = [], [], [], 1
