@@ -226,9 +226,9 @@ def to_html(blocks: list[tuple], title: str) -> str:
                            + "".join(f"<td>{_inline_html(str(c))}</td>" for c in r) + "</tr>" for r in b[2])
             body.append(f"<table><tr>{head}</tr>{rows}</table>")
         elif kind == "img":
-            body.append(f'<figure><img alt="{html.escape(b[1])}" src="data:image/png;base64,{b[2]}"></figure>')
+            body.append(f'<figure><img src="data:image/png;base64,{b[2]}" alt="{html.escape(b[1])}"></figure>')
         elif kind == "imgs":
-            body.append("".join(f'<figure><img alt="{html.escape(t)}" src="data:image/png;base64,{p}">'
+            body.append("".join(f'<figure><img src="data:image/png;base64,{p}" alt="{html.escape(t)}">'
                                 f"<figcaption>{html.escape(t)}</figcaption></figure>" for t, p in b[1]))
     style = ("body{font-family:system-ui,sans-serif;margin:2em;max-width:1200px}table{border-collapse:collapse}"
              "td,th{border:1px solid #ccc;padding:3px 8px;font-size:14px}tr.ship{background:#e8f5e9}"
