@@ -175,4 +175,5 @@ def _run(recipe: Recipe, stage: Path, final: Path | None = None) -> None:
     if es is not None:
         report["tensorrt"] = es.info
     write_reports(stage, report, stats, amax, recipe.evaluation.histograms)
-    log.info("best algorithm: %s; report and caches ready (%.1f s)", best, time.perf_counter() - t0)
+    log.info("ship %s (%s); report and caches ready (%.1f s)", best, summ["decision"]["reason"],
+             time.perf_counter() - t0)

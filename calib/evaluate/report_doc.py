@@ -136,8 +136,10 @@ def paired_table(s: dict) -> list[tuple]:
         if c is None:
             continue
         ci = c.get("ci95")
+        floor = 1.0 / (s.get("bootstrap") or {}).get("resamples", 1000)
+        p = f"< {floor:g}" if c["method"] == "paired bootstrap" and c["p_value"] < floor else f"{c['p_value']:.3g}"
         rows.append([f"{d['ship']} - {n}", _signed(c["diff"], key),
-                     f"{_signed(ci[0], key)} to {_signed(ci[1], key)}" if ci else "-", f"{c['p_value']:.3g}",
+                     f"{_signed(ci[0], key)} to {_signed(ci[1], key)}" if ci else "-", p,
                      c["method"], "yes" if c.get("significant") else "no"])
     return [("h2", f"Paired comparisons on {label(key)}"),
             ("p", f"Each algorithm against the one to ship, on the same {s['n']} "
