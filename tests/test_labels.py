@@ -149,3 +149,26 @@ def test_foolbox_imagenet_samples_are_labelled_photos(tmp_path):
     fp32 = res["fp32_intervals"]["top1"]
     assert fp32["n"] == 20 and fp32["value"] == pytest.approx(0.9)
     assert res["configs"]["input_only"]["intervals"]["top1"]["n"] == 20
+
+
+def test_recipe_label_keys(tmp_path, tiny_model):
+    from calib.errors import RecipeError
+    from calib.recipe import load_recipe
+
+    (tmp_path / "more").mkdir()
+    p = tmp_path / "r.yaml"
+    text = f"""
+model: {tiny_model}
+calibration_data: {{kind: folder, path: more}}
+evaluation_data: {{kind: coco, path: more, annotations: r.yaml, include: [more], category_map: coco80,
+                  label_regex: '_(\\d+)'}}
+"""
+    p.write_text(text)
+    e = load_recipe(p).evaluation_data
+    assert e.include == (str(tmp_path / "more"),) and e.category_map == "coco80" and e.label_regex == r"_(\d+)"
+    p.write_text(text.replace("include: [more]", "include: [gone]"))
+    with pytest.raises(RecipeError, match=r"evaluation_data.include\[0\]: file not found"):
+        load_recipe(p)
+    p.write_text(text.replace("coco80", "coco91"))
+    with pytest.raises(RecipeError, match="evaluation_data.category_map: 'coco91' is not one of"):
+        load_recipe(p)
