@@ -16,7 +16,7 @@ MIN_SAMPLES = 30  # images (or samples) below which no comparison is trusted
 MIN_BOXES = 50  # FP32 boxes below which a detection comparison is not trusted
 
 
-def _oriented(paired: list[dict], a: str, b: str) -> dict | None:
+def oriented(paired: list[dict], a: str, b: str) -> dict | None:
     """The comparison of a with b, as a - b."""
     for c in paired:
         if (c["a"], c["b"]) == (a, b):
@@ -77,8 +77,8 @@ def decide(evaluation: dict, candidates: list[str], fallback_score=None) -> dict
         return {"status": "only_one", "best": ship, "ship": ship, "metric": key, "tied": [ship],
                 "reason": f"{ship} is the only configuration", "warnings": warnings}
     runner = order[1]
-    comp = _oriented(paired, ship, runner)
-    tied = [n for n in order[1:] if not (_oriented(paired, ship, n) or {}).get("significant")]
+    comp = oriented(paired, ship, runner)
+    tied = [n for n in order[1:] if not (oriented(paired, ship, n) or {}).get("significant")]
     what = label(key)
     how = f"{what}: no paired comparison with {runner}"
     if comp is not None:

@@ -13,6 +13,7 @@ import shlex
 from pathlib import Path
 
 from calib.evaluate.confidence import label
+from calib.evaluate.decision import oriented
 
 
 def num(v, key: str = "") -> str:
@@ -127,12 +128,10 @@ def paired_table(s: dict) -> list[tuple]:
     d = s["decision"]
     if not d.get("comparison"):
         return []
-    from calib.evaluate.decision import _oriented
-
     key = d["metric"]
     rows = []
     for n in s["rows"]:
-        c = _oriented(s["paired"], d["ship"], n) if n != d["ship"] else None
+        c = oriented(s["paired"], d["ship"], n) if n != d["ship"] else None
         if c is None:
             continue
         ci = c.get("ci95")
