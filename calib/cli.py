@@ -180,7 +180,8 @@ def evaluate(model, caches, data, preprocess, batch_size, task, ignore_hash, all
     res = run_eval(model, configs, src, task, exclude={n: ex for n in configs}, layerwise=layerwise)
     report = {"recipe": Path(model).stem, "model": str(model), "model_sha256": info.sha256,
               "calibration": {"samples": "-"}, "evaluation": {"samples": res["samples"], "configs": res["configs"]},
-              "summary": summary(res), "files": ["report.json", "report.md", "report.html"]}
+              "summary": summary(res), "files": ["report.json", "report.md", "report.html"], "model_file": str(model),
+              "caches": {name: str(c) for name, c in zip(configs, caches)}, "out_dir": str(out)}
     publish(out, lambda stage: write_reports(stage, report, HistogramCollector(), {}), "evaluate")
     click.echo(f"wrote {out}/report.html")
 

@@ -30,7 +30,8 @@ def _params(recipe: Recipe) -> dict:
 
 def run_recipe(recipe: Recipe, out: str | Path | None = None, verbose: bool = False) -> Path:
     """Run `recipe`; outputs appear in `out` only once everything has succeeded."""
-    return staged(Path(out or recipe.output), lambda stage: _run(recipe, stage), verbose)
+    final = Path(out or recipe.output)
+    return staged(final, lambda stage: _run(recipe, stage, final), verbose)
 
 
 def staged(out: Path, work, verbose: bool = False, command: str = "run") -> Path:
@@ -55,7 +56,7 @@ def equalize_model(model_path: Path, source, stage: Path):
     return out, inspect_model(out), done
 
 
-def _run(recipe: Recipe, stage: Path) -> None:
+def _run(recipe: Recipe, stage: Path, final: Path | None = None) -> None:
     t0 = time.perf_counter()
     model_path = original = resolve(recipe.model)
     info = inspect_model(model_path)
@@ -127,11 +128,14 @@ def _run(recipe: Recipe, stage: Path) -> None:
               "calibration": {"samples": samples, "data_fingerprint": fp, "algorithms": list(c.algorithms),
                               "params": used, "seconds": secs, "nonfinite_left_out": left_out},
               "evaluation": {"samples": result["samples"], "configs": result["configs"]},
-              "fp32_task": result.get("fp32_task"), "summary": summ, "qdq_model": qdq_name, "files": files}
+              "fp32_task": result.get("fp32_task"), "summary": summ, "qdq_model": qdq_name, "files": files,
+              "model_file": str(model_path), "out_dir": str(final or recipe.output),
+              "caches": {a: f"{final or recipe.output}/{a}.cache" for a in c.algorithms}}
     if equalized is not None:
         report["equalization"] = equalized
         files.append(equalized["file"])
     if es is not None:
         report["tensorrt"] = es.info
     write_reports(stage, report, stats, amax, recipe.evaluation.histograms)
-    log.info("best algorithm: %s; report and caches ready (%.1f s)", best, time.perf_counter() - t0)
+    log.info("ship %s (%s); report and caches ready (%.1f s)", best, summ["decision"]["reason"],
+             time.perf_counter() - t0)

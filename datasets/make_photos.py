@@ -4,8 +4,8 @@
 
 Writes datasets/photos/ (the originals as JPEG, with LICENSES.md: each image's own provenance and licence
 text, taken from the package that ships it) and datasets/photos_crops/ (seeded random crops and flips of the
-originals, so that calibration and evaluation have a few dozen distinct images). Deterministic: the same
-package versions give the same files.
+originals, so that calibration and evaluation have a couple of hundred distinct images; the first crops do not
+depend on --crops). Deterministic: the same package versions give the same files.
 """
 from __future__ import annotations
 
@@ -70,7 +70,7 @@ def crops(images, count: int, seed: int = 2026, max_side: int = 512):
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=str(Path(__file__).parent))
-    ap.add_argument("--crops", type=int, default=64)
+    ap.add_argument("--crops", type=int, default=192)
     args = ap.parse_args()
     root = Path(args.out)
     photos, crop_dir = root / "photos", root / "photos_crops"

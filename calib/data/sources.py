@@ -1,6 +1,8 @@
 """Build a Source from a recipe's DataSpec and PreprocessSpec."""
 from __future__ import annotations
 
+import dataclasses
+import logging
 from collections.abc import Iterator
 
 import numpy as np
@@ -8,9 +10,12 @@ from PIL import Image
 
 from calib.data.arrays import load_array
 from calib.data.images import ImageSource, Sample, coco_samples, folder_samples, subset, yolo_samples
+from calib.data.labels import category_map, labels_from_names, map_classes
 from calib.data.transforms import Preprocessor
 from calib.errors import DataError, require
 from calib.recipe import DataSpec, PreprocessSpec
+
+log = logging.getLogger(__name__)
 
 
 class ArrayImageSource:
@@ -70,6 +75,44 @@ class TorchvisionSource(ImageSource):
         return as_array(self.pre(img.convert("RGB") if hasattr(img, "convert") else img))
 
 
+def _local(path: str) -> str:
+    """A data path, with `zoo:<name>` fetched (calib/zoo.py DATASETS)."""
+    if path.startswith("zoo:"):
+        from calib.zoo import fetch_data
+
+        return str(fetch_data(path[4:]))
+    return path
+
+
+def image_samples(spec: DataSpec) -> list[Sample]:
+    """The samples of an image dataset (folder, coco, yolo) with their labels in the model's terms, after
+    limit/offset, plus every image of the `include` folders."""
+    path = _local(spec.path)
+    if spec.kind == "folder":
+        samples, _ = folder_samples(path)
+    elif spec.kind == "coco":
+        if not spec.annotations:
+            raise DataError(f"{path}: a coco data source needs 'annotations' (the COCO json)")
+        samples, cats = coco_samples(path, spec.annotations)
+        ids = set(cats) | {int(c) for s in samples if s.classes is not None for c in s.classes}
+        mapping, how = category_map(spec.category_map, ids, spec.annotations, spec.category_map_file)
+        log.info("%s: category ids to class indices: %s", spec.annotations, how)
+        samples = map_classes(samples, mapping, spec.annotations)
+    elif spec.kind == "yolo":
+        samples = yolo_samples(path)
+    else:
+        raise DataError(f"unknown data kind '{spec.kind}'")
+    samples = subset(samples, spec.limit, spec.seed, spec.offset)
+    for extra in spec.include:
+        more, _ = folder_samples(_local(extra))
+        samples += more
+    if spec.include:  # image ids stay unique across folders
+        samples = [dataclasses.replace(s, image_id=i) for i, s in enumerate(samples)]
+    if spec.label_regex:
+        samples = labels_from_names(samples, spec.label_regex, spec.path)
+    return samples
+
+
 def make_source(spec: DataSpec, pre_spec: PreprocessSpec, input_name: str, batch_size: int):
     pre = Preprocessor(pre_spec)
     label = spec.path
@@ -81,15 +124,4 @@ def make_source(spec: DataSpec, pre_spec: PreprocessSpec, input_name: str, batch
         return ArrayImageSource(arr, pre, input_name, batch_size, idx, label)
     if spec.kind == "torchvision":
         return TorchvisionSource(spec, pre, input_name, batch_size)
-    if spec.kind == "folder":
-        samples, _ = folder_samples(spec.path)
-    elif spec.kind == "coco":
-        if not spec.annotations:
-            raise DataError(f"{spec.path}: a coco data source needs 'annotations' (the COCO json)")
-        samples, _ = coco_samples(spec.path, spec.annotations)
-    elif spec.kind == "yolo":
-        samples = yolo_samples(spec.path)
-    else:
-        raise DataError(f"unknown data kind '{spec.kind}'")
-    return ImageSource(subset(samples, spec.limit, spec.seed, spec.offset), pre, input_name, batch_size,
-                       spec.max_bad, label, spec.max_pixels)
+    return ImageSource(image_samples(spec), pre, input_name, batch_size, spec.max_bad, label, spec.max_pixels)

@@ -2,11 +2,13 @@
 from __future__ import annotations
 
 import logging
+import time
 from pathlib import Path
 
 
 from calib.cache import read_cache
 from calib.errors import DataError
+from calib.evaluate import confidence
 from calib.evaluate.detect import DetectionTally
 from calib.evaluate.layerwise import Comparison, Simulator
 from calib.evaluate.metrics import Classification
@@ -46,7 +48,7 @@ def evaluate(model, caches: dict, source, task: str = "outputs", detection: Dete
         raise DataError(f"configuration name '{sorted(clash)[0]}' is both a cache and an engine")
     sim = Simulator(model, info, configs, exclude, layerwise)
     names = list(configs) + list(engines)
-    comps = {n: Comparison(n) for n in names}
+    comps = {n: Comparison(n, outputs=tuple(info.outputs)) for n in names}
     cls = {n: Classification() for n in names}
     det = DetectionTally(detection, names, info.outputs) if task == "detection" else None
     perturbed = {n for n, r in engines.items() if layerwise and getattr(r, "perturbed", False)}  # compare every output
@@ -87,4 +89,38 @@ def evaluate(model, caches: dict, source, task: str = "outputs", detection: Dete
     if det_res is not None:
         result["fp32_task"] = det_res["fp32"]
         result["fp32_boxes"] = det_res["fp32_boxes"]
+    _intervals(result, names, task, info.outputs, comps, cls, det)
     return result
+
+
+def _intervals(result: dict, names, task: str, outputs, comps, cls, det) -> None:
+    """Each configuration's figures with 95 % intervals over samples ("intervals"), FP32's own figures against
+    labels ("fp32_intervals") and every pair of configurations compared on the primary metric ("paired")."""
+    t0 = time.perf_counter()
+    figs, reps = {}, {}
+    for name in names:
+        f, r = confidence.output_figures(comps[name], lowest=task == "outputs")
+        if task == "classification":
+            f2, r2 = confidence.classification_figures(cls[name])
+        elif det is not None:
+            f2, r2 = confidence.detection_figures(result["configs"][name]["task"], det.matches[name],
+                                                  len(det.images))
+        else:
+            f2, r2 = {}, {}
+        figs[name], reps[name] = {**f2, **f}, {**r2, **r}
+        result["configs"][name]["intervals"] = figs[name]
+    fp32 = {}
+    if task == "classification" and names:
+        x = cls[names[0]].samples("ref1")
+        if x.size:
+            fp32["top1"] = confidence.mean_figure(x)
+    elif det is not None and "vs_labels" in result.get("fp32_task", {}):
+        f, _ = confidence.detection_figures({"vs_labels": result["fp32_task"]["vs_labels"]}, det.matches["fp32"],
+                                            len(det.images))
+        fp32 = {k: v for k, v in f.items() if k.endswith("labels")}
+    result["fp32_intervals"] = fp32
+    key = confidence.primary_metric(task, outputs)
+    result["primary_metric"] = key
+    result["paired"] = confidence.paired(names, figs, reps, key, cls if task == "classification" else None)
+    result["bootstrap"] = confidence.method(task)
+    log.info("intervals and paired comparisons: %.1f s", time.perf_counter() - t0)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from calib.evaluate.metrics import Detections, coco_map
+from calib.evaluate.metrics import Detections, coco_map_matches
 from calib.recipe import DetectionSpec
 
 
@@ -78,6 +78,7 @@ class DetectionTally:
         self.spec, self.model_outputs = spec, list(model_outputs)
         self.images, self.gt, self.pseudo = [], [], []
         self.dets = {n: [] for n in (["fp32"] if score_reference else []) + list(names)}
+        self.matches: dict = {}  # name -> {"vs_fp32" | "vs_labels": ap.Matches}, filled by result()
 
     def update(self, ref: dict, tests: dict, samples, letterboxes, first_id: int) -> None:
         """One batch: `ref` and each of `tests` (name -> outputs) are a model's outputs on the same images."""
@@ -98,15 +99,16 @@ class DetectionTally:
                                  zip(xyxy_to_xywh(d.boxes), d.scores, d.classes)]
 
     def map_vs_fp32(self, name: str) -> dict:
-        return coco_map(self.images, self.pseudo, self.dets[name])
+        return coco_map_matches(self.images, self.pseudo, self.dets[name])[0]
 
     def result(self) -> dict:
         res = {}
         for k, dets in self.dets.items():
-            r = {"vs_fp32": self.map_vs_fp32(k)}
+            r, m = {}, {}
+            r["vs_fp32"], m["vs_fp32"] = coco_map_matches(self.images, self.pseudo, dets)
             if self.gt:
-                r["vs_labels"] = coco_map(self.images, self.gt, dets)
+                r["vs_labels"], m["vs_labels"] = coco_map_matches(self.images, self.gt, dets)
             r["detections"] = len(dets)
-            res[k] = r
+            res[k], self.matches[k] = r, m
         res["fp32_boxes"] = len(self.pseudo)
         return res

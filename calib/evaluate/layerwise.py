@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx
 
-from calib.evaluate.metrics import TensorStats
+from calib.evaluate.metrics import OutputRows, TensorStats
 from calib.model import ModelInfo
 from calib.qdq import Exclusions, count_qdq, insert_qdq
 from calib.runners.onnxruntime import OrtRunner
@@ -21,11 +21,15 @@ class Comparison:
 
     name: str
     tensors: dict = field(default_factory=dict)  # tensor -> TensorStats
+    outputs: tuple = ()  # the model's outputs: also compared sample by sample (intervals over samples)
+    rows: dict = field(default_factory=dict)  # output -> OutputRows
 
     def update(self, ref: dict, test: dict) -> None:
         for k, v in test.items():
             if k in ref and isinstance(v, np.ndarray) and v.dtype.kind == "f" and v.shape == ref[k].shape:
                 self.tensors.setdefault(k, TensorStats()).update(ref[k], v)
+                if k in self.outputs:
+                    self.rows.setdefault(k, OutputRows()).update(ref[k], v)
 
     def layers(self, info: ModelInfo) -> list[dict]:
         out = []

@@ -41,6 +41,23 @@ class TensorStats:
                 "max_abs": self.maxabs}
 
 
+@dataclass
+class OutputRows:
+    """Per-sample sums of one output (row i of the batch axis is sample i), for intervals over samples."""
+
+    parts: list = field(default_factory=list)  # [rows, 4]: sum ref^2, sum (ref - test)^2, sum ref*test, sum test^2
+
+    def update(self, ref: np.ndarray, test: np.ndarray) -> None:
+        r = np.asarray(ref, np.float64).reshape(ref.shape[0] if ref.ndim else 1, -1)
+        t = np.asarray(test, np.float64).reshape(r.shape)
+        d = r - t
+        self.parts.append(np.stack([np.einsum("ij,ij->i", r, r), np.einsum("ij,ij->i", d, d),
+                                    np.einsum("ij,ij->i", r, t), np.einsum("ij,ij->i", t, t)], 1))
+
+    def sums(self) -> np.ndarray:
+        return np.concatenate(self.parts) if self.parts else np.zeros((0, 4))
+
+
 def _flat(x) -> np.ndarray:
     x = np.asarray(x)
     if x.dtype not in (np.float32, np.float64):
@@ -74,6 +91,15 @@ class Classification:
     ref_top5: int = 0
     test_top1: int = 0
     test_top5: int = 0
+    per_sample: dict = field(default_factory=dict)  # name -> [0/1 arrays per batch], for the bootstrap
+
+    def _keep(self, name: str, values: np.ndarray) -> None:
+        self.per_sample.setdefault(name, []).append(np.asarray(values, bool))
+
+    def samples(self, name: str) -> np.ndarray:
+        """Per-sample 0/1 outcomes: agree1, agree5 (all samples); ref1, test1 (labelled samples only)."""
+        got = self.per_sample.get(name)
+        return np.concatenate(got) if got else np.zeros(0, bool)
 
     def update(self, ref: np.ndarray, test: np.ndarray, labels=None) -> None:
         ref, test = ref.reshape(ref.shape[0], -1), test.reshape(test.shape[0], -1)
@@ -84,6 +110,8 @@ class Classification:
         self.n += ref.shape[0]
         self.agree1 += int((r1 == t1).sum())
         self.agree5 += int((t5 == r1[:, None]).any(1).sum())
+        self._keep("agree1", r1 == t1)
+        self._keep("agree5", (t5 == r1[:, None]).any(1))
         if labels is not None:
             lab = np.asarray([-1 if v is None else v for v in labels])
             ok = lab >= 0
@@ -92,6 +120,8 @@ class Classification:
             self.test_top1 += int((t1 == lab)[ok].sum())
             self.ref_top5 += int((r5 == lab[:, None]).any(1)[ok].sum())
             self.test_top5 += int((t5 == lab[:, None]).any(1)[ok].sum())
+            self._keep("ref1", (r1 == lab)[ok])
+            self._keep("test1", (t1 == lab)[ok])
 
     def result(self) -> dict:
         out = {"samples": self.n, "agreement_top1": self.agree1 / self.n if self.n else None,
@@ -127,12 +157,19 @@ class DetectionSet:
 
 def coco_map(images, gt_boxes, detections) -> dict:
     """mAP50 and mAP50:95 with pycocotools. images: [(id, w, h)]; gt_boxes: [(id, xywh, class)];
-    detections: [(id, xywh, score, class)]."""
+    detections: [(id, xywh, score, class)]. Classes are the model's class indices on both sides."""
+    return coco_map_matches(images, gt_boxes, detections)[0]
+
+
+def coco_map_matches(images, gt_boxes, detections):
+    """(coco_map's result, the per-image matches behind it for the bootstrap, or None without boxes)."""
     from pycocotools.coco import COCO
     from pycocotools.cocoeval import COCOeval
 
+    from calib.evaluate.ap import matches_from_cocoeval
+
     if not gt_boxes:
-        return {"map50": None, "map50_95": None, "gt_boxes": 0}
+        return {"map50": None, "map50_95": None, "gt_boxes": 0}, None
     classes = sorted({int(c) for _, _, c in gt_boxes} | {int(d[3]) for d in detections})
     gt = {"images": [{"id": int(i), "width": int(w), "height": int(h)} for i, w, h in images],
           "categories": [{"id": c, "name": str(c)} for c in classes],
@@ -144,12 +181,13 @@ def coco_map(images, gt_boxes, detections) -> dict:
         cg.dataset = gt
         cg.createIndex()
         if not detections:
-            return {"map50": 0.0, "map50_95": 0.0, "gt_boxes": len(gt_boxes)}
+            return {"map50": 0.0, "map50_95": 0.0, "gt_boxes": len(gt_boxes)}, None
         cd = cg.loadRes([{"image_id": int(i), "bbox": [float(v) for v in b], "score": float(s),
                           "category_id": int(c)} for i, b, s, c in detections])
         ev = COCOeval(cg, cd, "bbox")
         ev.evaluate()
         ev.accumulate()
         ev.summarize()
-    return {"map50_95": float(max(ev.stats[0], 0.0)), "map50": float(max(ev.stats[1], 0.0)),
-            "gt_boxes": len(gt_boxes)}
+    res = {"map50_95": float(max(ev.stats[0], 0.0)), "map50": float(max(ev.stats[1], 0.0)),
+           "gt_boxes": len(gt_boxes)}
+    return res, matches_from_cocoeval(ev, [i for i, _, _ in images])

@@ -1,24 +1,25 @@
-"""The accuracy-drop report: report.json, report.md and a self-contained report.html with plots."""
+"""The accuracy-drop report: report.json, report.md and a self-contained report.html with plots.
+
+The first screen says which cache to ship and how sure (calib/evaluate/decision.py), how to deploy it and what to
+try next; then every algorithm's figures with 95 % intervals, the paired comparisons, engines, the worst layers
+and charts. report.json is strict JSON: non-finite numbers are written as null."""
 from __future__ import annotations
 
 import base64
-import html
 import io
+import json
 import math
 
 import numpy as np
 
-from calib.io import atomic_write_json, atomic_write_text
+from calib.evaluate import report_doc as doc
+from calib.evaluate.confidence import label
+from calib.evaluate.decision import decide
+from calib.io import atomic_write_text
 
-
-def _fmt(v, digits=2) -> str:
-    if v is None:
-        return "-"
-    if isinstance(v, float):
-        if math.isinf(v):
-            return "inf" if v > 0 else "-inf"
-        return f"{v:.{digits}f}"
-    return str(v)
+MAX_LAYERS_PLOTTED = 80
+_TASK_ORDER = {"classification": ("agreement_top1", "top1", "agreement_top5"),
+               "detection": ("map50_95_vs_fp32", "map50_vs_fp32", "map50_95_labels", "map50_labels")}
 
 
 def task_metrics(entry: dict, task: str) -> dict:
@@ -36,6 +37,7 @@ def task_metrics(entry: dict, task: str) -> dict:
         out["map50_95_vs_fp32"] = t.get("vs_fp32", {}).get("map50_95")
         if "vs_labels" in t:
             out["map50_95_labels"] = t["vs_labels"]["map50_95"]
+            out["map50_labels"] = t["vs_labels"]["map50"]
     for name, m in entry.get("outputs", {}).items():
         out[f"{name}_sqnr_db"] = m["sqnr_db"]
         out[f"{name}_cosine"] = m["cosine"]
@@ -67,22 +69,46 @@ def drop(entry: dict, task: str, fp32_task: dict | None) -> float | None:
     return None
 
 
+def _columns(rows: dict, task: str, primary: str | None) -> list[str]:
+    """Metric columns: the primary metric, the task's others, the outputs'; columns equal on every row last."""
+    keys = list(dict.fromkeys(k for r in rows.values() for k in r if k not in ("drop", "top1_drop")))
+    fixed = [k for k in _TASK_ORDER.get(task, ()) if k in keys]
+    rest = [k for k in keys if k not in fixed]
+    rest = sorted(rest, key=lambda k: (not k.endswith("sqnr_db"), k))
+    ordered = list(dict.fromkeys(([primary] if primary in keys else []) + fixed + rest))
+    if len(rows) > 1:
+        const = [k for k in ordered if len({repr(r.get(k)) for r in rows.values()}) == 1]
+        ordered = [k for k in ordered if k not in const] + const
+    return ordered
+
+
 def summary(evaluation: dict, candidates=None) -> dict:
-    """Rows per configuration; `best` is chosen among `candidates` (default: every configuration)."""
+    """Rows per configuration, their intervals, the paired comparisons and the decision among `candidates`
+    (default: every configuration); `best` is the configuration to ship."""
     task = evaluation["task"]
-    rows = {}
+    rows, intervals = {}, {}
     for n, e in evaluation["configs"].items():
         rows[n] = task_metrics(e, task)
         d = drop(e, task, evaluation.get("fp32_task"))
         if d is not None:
             rows[n]["drop"] = d
+        if e.get("intervals"):
+            intervals[n] = e["intervals"]
+            for k, f in e["intervals"].items():
+                rows[n].setdefault(k, f["value"])
     pool = [n for n in (candidates or evaluation["configs"]) if n in evaluation["configs"]]
-    best = max(pool, key=lambda n: primary_score(evaluation["configs"][n], task))
+    decision = decide(evaluation, pool, lambda e: primary_score(e, task))
     worst = {}
     for n, e in evaluation["configs"].items():
         layers = [l for l in e["layers"] if l["op_type"] != "Input"]
         worst[n] = sorted(layers, key=lambda l: l["sqnr_db"])[:10]
-    return {"task": task, "rows": rows, "best": best, "worst_layers": worst}
+    metric = evaluation.get("primary_metric")
+    return {"task": task, "metric": metric, "metrics": _columns(rows, task, metric),
+            "labels": {k: label(k) for r in rows.values() for k in r}, "rows": rows, "intervals": intervals,
+            "fp32": evaluation.get("fp32_intervals") or {}, "n": evaluation.get("samples"),
+            "fp32_boxes": evaluation.get("fp32_boxes"), "paired": evaluation.get("paired") or [],
+            "bootstrap": evaluation.get("bootstrap"), "decision": decision, "best": decision["ship"],
+            "worst_layers": worst}
 
 
 def _png(fig) -> str:
@@ -94,49 +120,67 @@ def _png(fig) -> str:
     return base64.b64encode(buf.getvalue()).decode()
 
 
-def layer_plot(evaluation: dict) -> str:
+def _pyplot():
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(11, 3.6))
-    for name, e in evaluation["configs"].items():
-        if not e["layers"]:
-            continue  # an engine: outputs only
-        y = [min(l["sqnr_db"], 80.0) for l in e["layers"]]
-        ax.plot(range(len(y)), y, label=name, lw=1.2)
-    ax.set_xlabel("tensor (topological order)")
-    ax.set_ylabel("SQNR vs FP32 (dB)")
+    return plt
+
+
+def layer_plot(evaluation: dict, focus: str | None = None) -> str | None:
+    """Per-layer SQNR of each configuration, one row per tensor named on the axis (topological order); with
+    many tensors, the MAX_LAYERS_PLOTTED lowest of `focus`. None when no configuration has per-layer figures."""
+    configs = {n: e["layers"] for n, e in evaluation["configs"].items() if e.get("layers")}
+    if not configs:
+        return None
+    ref = configs.get(focus) or next(iter(configs.values()))
+    names = [l["tensor"] for l in ref]
+    if len(names) > MAX_LAYERS_PLOTTED:
+        keep = {l["tensor"] for l in sorted(ref, key=lambda l: l["sqnr_db"])[:MAX_LAYERS_PLOTTED]}
+        names = [t for t in names if t in keep]
+    pos = {t: i for i, t in enumerate(names)}
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(9, max(3.0, 0.2 * len(names) + 1.2)))
+    for name, layers in configs.items():
+        pts = [(l["sqnr_db"], pos[l["tensor"]]) for l in layers if l["tensor"] in pos and math.isfinite(l["sqnr_db"])]
+        if pts:
+            x, y = zip(*pts)
+            ax.plot(x, y, marker="o", ms=3, lw=1.0, label=name)
+    ax.set_yticks(range(len(names)))
+    ax.set_yticklabels([t if len(t) <= 48 else "..." + t[-45:] for t in names], fontsize=9)
+    ax.invert_yaxis()
+    ax.set_xlabel("SQNR vs FP32 (dB); tensors identical to FP32 (infinite SQNR) not drawn", fontsize=10)
+    ax.tick_params(axis="x", labelsize=9)
     ax.grid(alpha=0.3)
-    ax.legend(ncol=4, fontsize=8)
-    ax.set_title("Per-layer SQNR of the INT8 simulation")
+    ax.legend(fontsize=9, loc="best")
+    more = f", the {len(names)} lowest of {len(ref)} for {focus}" if len(names) < len(ref) else ""
+    ax.set_title(f"Per-tensor SQNR of the INT8 simulation (topological order{more})", fontsize=11)
     return _png(fig)
 
 
 def histogram_plots(stats, amax: dict, tensors: list[str]) -> list[tuple[str, str]]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     out = []
     colors = {"minmax": "tab:red", "entropy": "tab:blue", "percentile": "tab:green", "mse": "tab:purple"}
     for t in tensors:
-        if t not in stats.hists:
+        if t not in getattr(stats, "hists", {}):
             continue
+        plt = _pyplot()
         h = stats.hists[t]
         top = max([h.absmax] + [a[t] for a in amax.values() if t in a]) or 1.0
         counts = h.resample(256, top)
-        fig, ax = plt.subplots(figsize=(5.2, 2.6))
+        fig, ax = plt.subplots(figsize=(5.6, 2.9))
         ax.bar(np.linspace(0, top, 256, endpoint=False), np.maximum(counts, 0.5), width=top / 256, color="0.6",
                log=True, align="edge")
         for name, a in amax.items():
             if t in a:
                 ax.axvline(a[t], color=colors.get(name, "k"), lw=1.3, label=f"{name} {a[t]:.3g}")
-        ax.set_title(t if len(t) < 60 else "..." + t[-57:], fontsize=8)
-        ax.set_xlabel("|x|", fontsize=8)
-        ax.legend(fontsize=7)
+        ax.set_title(t if len(t) < 50 else "..." + t[-47:], fontsize=10)
+        ax.set_xlabel("|x|", fontsize=9)
+        ax.set_ylabel("count", fontsize=9)
+        ax.tick_params(labelsize=9)
+        ax.legend(fontsize=9)
         out.append((t, _png(fig)))
     return out
 
@@ -157,104 +201,102 @@ def engine_rows(report: dict) -> list[dict]:
     return rows
 
 
-def _engine_md(report: dict) -> list[str]:
+def _engine_blocks(report: dict) -> list[tuple]:
     rows = engine_rows(report)
     if not rows:
         return []
     t = report["tensorrt"]
-    lines = ["", f"## TensorRT engines ({t.get('tensorrt')}, {t.get('gpu')}, batch {t.get('batch')})", "",
-             "Accuracy of each engine is in the table above (rows `trt-...`, measured on the GPU); "
-             "rows `<algorithm>@engine` are the CPU simulation told which layers the engine kept in float.", "",
-             "| engine | layers per precision | median ms | x vs FP16 | x vs FP32 | build s |", "|---|---|---|---|---|---|"]
-    for r in rows:
-        lines.append(f"| {r['engine']} | {r['layers']} | {_fmt(r['median_ms'], 4)} | {_fmt(r['x_vs_fp16'])} | "
-                     f"{_fmt(r['x_vs_fp32'])} | {_fmt(r['build_s'], 1)} |")
-    return lines
+    return [("h2", f"TensorRT engines ({t.get('tensorrt')}, {t.get('gpu')}, batch {t.get('batch')})"),
+            ("p", "Accuracy of each engine is in the table above (rows `trt-...`, measured on the GPU); rows "
+                  "`<algorithm>@engine` are the CPU simulation told which layers the engine kept in float."),
+            ("table", ["engine", "layers per precision", "median latency (ms)", "speed-up vs FP16 engine",
+                       "speed-up vs FP32 engine", "build time (s)"],
+             [[r["engine"], r["layers"], doc.num(r["median_ms"]), doc.num(r["x_vs_fp16"]), doc.num(r["x_vs_fp32"]),
+               doc.num(r["build_s"])] for r in rows])]
 
 
-def _worst_md(layers: list[dict]) -> list[str]:
-    return ["| tensor | op | SQNR dB | cosine |", "|---|---|---|---|"] + [
-        f"| `{l['tensor']}` | {l['op_type']} | {_fmt(l['sqnr_db'])} | {_fmt(l['cosine'], 4)} |" for l in layers]
+def _worst_table(layers: list[dict]) -> tuple:
+    return ("table", ["tensor", "op", "SQNR vs FP32 (dB)", "cosine vs FP32"],
+            [[f"`{l['tensor']}`", l["op_type"], doc.num(l["sqnr_db"], "sqnr_db"), doc.num(l["cosine"], "cosine")]
+             for l in layers])
+
+
+def blocks(report: dict, layer_png: str | None = None, hist_pngs=()) -> list[tuple]:
+    s = report["summary"]
+    ship = s["best"]
+    calib_n = (report.get("calibration") or {}).get("samples")
+    unit = "images" if s["task"] == "detection" else "samples"
+    out = [("h1", f"calib report: {report['recipe']}")]
+    out += doc.ship_sentence(s, report.get("caches", {}))
+    out += [doc.results_table(s)]
+    meta = (f"Model `{report['model']}` (sha256 {report['model_sha256'][:12]})"
+            + (f", calibrated on {calib_n} samples" if isinstance(calib_n, int) else "")
+            + f", evaluated on {report['evaluation']['samples']} {unit} ({s['task']}"
+            + (f", {s['fp32_boxes']} FP32 boxes" if s.get("fp32_boxes") is not None else "")
+            + "). INT8 simulated on the CPU with Q/DQ (ONNX Runtime). " + doc.method_text(s))
+    out += [("p", meta.strip())]
+    out += [("h2", "Deploy"), ("code", doc.deploy_commands(report, ship)),
+            ("h2", "What to try next"), ("list", doc.next_steps(report, s))]
+    out += doc.paired_table(s)
+    fp32 = doc.fp32_blocks(report, s)
+    if fp32:
+        out += [("h2", "FP32 reference")] + fp32
+    sk = report.get("skipped_images") or {}
+    skipped = [p for v in sk.values() for p in v]
+    if skipped:
+        out += [("h2", "Skipped images"), ("list", [f"`{p}` (unreadable)" for p in skipped])]
+    out += _engine_blocks(report)
+    if s["worst_layers"].get(ship):
+        out += [("h2", f"Worst layers ({ship})"), _worst_table(s["worst_layers"][ship])]
+    for name, e in report["evaluation"]["configs"].items():
+        if e.get("perturbed") and s["worst_layers"].get(name):
+            out += [("h2", f"Worst layers ({name}: a perturbed engine)"),
+                    ("p", "Every tensor of this engine is marked as an output so that TensorRT's own per-layer values "
+                          "can be compared with FP32; marking stops fusions and changes precisions, so its numbers are "
+                          "not those of the deployed engine (its output row above shows by how much)."),
+                    _worst_table(s["worst_layers"][name])]
+    if layer_png:
+        out += [("h2", "Per-layer SQNR"), ("img", "per-layer SQNR chart", layer_png)]
+    if hist_pngs:
+        out += [("h2", "Histograms of the worst tensors, with each algorithm's threshold"), ("imgs", list(hist_pngs))]
+    if report.get("files"):
+        out += [("h2", "Files"), ("list", [f"`{f}`" for f in report["files"]])]
+    return out
 
 
 def markdown(report: dict) -> str:
-    s = report["summary"]
-    metrics = sorted({k for r in s["rows"].values() for k in r})
-    lines = [f"# calib report: {report['recipe']}", "",
-             f"Model `{report['model']}` (sha256 {report['model_sha256'][:12]}), calibrated on "
-             f"{report['calibration']['samples']} samples, evaluated on {report['evaluation']['samples']} "
-             f"({s['task']}). INT8 is simulated on the CPU with Q/DQ (ONNX Runtime).", "",
-             "| algorithm | " + " | ".join(metrics) + " |", "|---" * (len(metrics) + 1) + "|"]
-    for name, row in s["rows"].items():
-        mark = " (best)" if name == s["best"] else ""
-        lines.append(f"| {name}{mark} | " + " | ".join(_fmt(row.get(m), 3) for m in metrics) + " |")
-    sk = report.get("skipped_images") or {}
-    n_sk = sum(len(v) for v in sk.values())
-    if n_sk:
-        lines += ["", f"Skipped {n_sk} unreadable images: " + ", ".join(f"`{p}`" for v in sk.values() for p in v)]
-    if report.get("fp32_task"):
-        lines += ["", f"FP32 reference against itself: `{report['fp32_task']}`"]
-    lines += _engine_md(report)
-    lines += ["", f"## Worst layers ({s['best']})", ""] + _worst_md(s["worst_layers"].get(s["best"], []))
-    for name, e in report["evaluation"]["configs"].items():
-        if e.get("perturbed") and s["worst_layers"].get(name):
-            lines += ["", f"## Worst layers ({name}: a perturbed engine)", "",
-                      "Every tensor of this engine is marked as an output so that TensorRT's own per-layer values can "
-                      "be compared with FP32; marking stops fusions and changes precisions, so its numbers are not "
-                      "those of the deployed engine (its output row above shows by how much).", ""]
-            lines += _worst_md(s["worst_layers"][name])
-    lines += ["", "## Files", ""] + [f"- `{f}`" for f in report["files"]]
-    return "\n".join(lines) + "\n"
+    return doc.to_markdown(blocks(report))
 
 
-def html_report(report: dict, layer_png: str, hist_pngs: list[tuple[str, str]]) -> str:
-    md = markdown(report)
-    s = report["summary"]
-    metrics = sorted({k for r in s["rows"].values() for k in r})
-    head = "".join(f"<th>{html.escape(m)}</th>" for m in metrics)
-    body = ""
-    for name, row in s["rows"].items():
-        cls = ' class="best"' if name == s["best"] else ""
-        body += f"<tr{cls}><td>{html.escape(name)}</td>" + "".join(
-            f"<td>{_fmt(row.get(m), 3)}</td>" for m in metrics) + "</tr>"
-    worst = "".join(f"<tr><td><code>{html.escape(l['tensor'])}</code></td><td>{l['op_type']}</td>"
-                    f"<td>{_fmt(l['sqnr_db'])}</td><td>{_fmt(l['cosine'], 4)}</td></tr>"
-                    for l in s["worst_layers"].get(s["best"], []))
-    erows = engine_rows(report)
-    engines = ""
-    if erows:
-        t = report["tensorrt"]
-        engines = (f"<h2>TensorRT engines ({html.escape(str(t.get('tensorrt')))}, {html.escape(str(t.get('gpu')))}, "
-                   f"batch {t.get('batch')})</h2><table><tr><th>engine</th><th>layers per precision</th>"
-                   "<th>median ms</th><th>x vs FP16</th><th>x vs FP32</th><th>build s</th></tr>" + "".join(
-                       f"<tr><td>{html.escape(r['engine'])}</td><td>{html.escape(r['layers'])}</td>"
-                       f"<td>{_fmt(r['median_ms'], 4)}</td><td>{_fmt(r['x_vs_fp16'])}</td><td>{_fmt(r['x_vs_fp32'])}"
-                       f"</td><td>{_fmt(r['build_s'], 1)}</td></tr>" for r in erows) + "</table>")
-    hists = "".join(f'<figure><img src="data:image/png;base64,{p}"><figcaption>{html.escape(t)}</figcaption>'
-                    f"</figure>" for t, p in hist_pngs)
-    return f"""<!doctype html><html><head><meta charset="utf-8"><title>calib report: {html.escape(report['recipe'])}</title>
-<style>body{{font-family:system-ui,sans-serif;margin:2em;max-width:1200px}}table{{border-collapse:collapse}}
-td,th{{border:1px solid #ccc;padding:3px 8px;font-size:13px}}tr.best{{background:#e8f5e9}}figure{{display:inline-block;margin:4px}}
-figcaption{{font-size:11px;max-width:470px;overflow:hidden}}code{{font-size:12px}}</style></head><body>
-<h1>calib report: {html.escape(report['recipe'])}</h1>
-<p>Model <code>{html.escape(report['model'])}</code>; calibration samples {report['calibration']['samples']},
-evaluation samples {report['evaluation']['samples']}, task <b>{s['task']}</b>. INT8 simulated on the CPU with
-Q/DQ (ONNX Runtime). Best algorithm: <b>{html.escape(s['best'])}</b>.</p>
-<h2>Accuracy against FP32, per algorithm</h2><table><tr><th>algorithm</th>{head}</tr>{body}</table>
-{engines}
-<h2>Per-layer SQNR</h2><img src="data:image/png;base64,{layer_png}">
-<h2>Worst layers ({html.escape(s['best'])})</h2><table><tr><th>tensor</th><th>op</th><th>SQNR dB</th><th>cosine</th></tr>{worst}</table>
-<h2>Histograms of the worst tensors, with each algorithm's threshold</h2>{hists}
-<h2>Report as Markdown</h2><pre>{html.escape(md)}</pre></body></html>
-"""
+def html_report(report: dict, layer_png: str | None, hist_pngs: list[tuple[str, str]]) -> str:
+    return doc.to_html(blocks(report, layer_png, hist_pngs), f"calib report: {report['recipe']}")
+
+
+def strict(obj):
+    """A copy of `obj` that strict JSON accepts: non-finite floats become None, numpy scalars Python numbers."""
+    if isinstance(obj, dict):
+        return {str(k): strict(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [strict(v) for v in obj]
+    if isinstance(obj, np.generic):
+        obj = obj.item()
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    return obj
+
+
+def report_json(report: dict) -> str:
+    body = dict(strict(report), json_note="null stands for a missing or non-finite value (an infinite SQNR: "
+                                            "the tensor is identical to FP32)")
+    return json.dumps(body, indent=2, sort_keys=True, allow_nan=False) + "\n"
 
 
 def write_reports(out_dir, report: dict, stats, amax: dict, n_hist: int = 6) -> list[str]:
     s = report["summary"]
     worst = [l["tensor"] for l in s["worst_layers"].get(s["best"], [])][:n_hist]
-    atomic_write_json(f"{out_dir}/report.json", report)
+    atomic_write_text(f"{out_dir}/report.json", report_json(report))
     atomic_write_text(f"{out_dir}/report.md", markdown(report))
     ev = {"configs": report["evaluation"]["configs"]}
-    atomic_write_text(f"{out_dir}/report.html", html_report(report, layer_plot(ev), histogram_plots(stats, amax,
-                                                                                                    worst)))
+    atomic_write_text(f"{out_dir}/report.html", html_report(report, layer_plot(ev, s["best"]),
+                                                            histogram_plots(stats, amax, worst)))
     return ["report.json", "report.md", "report.html"]
