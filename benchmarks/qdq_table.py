@@ -147,7 +147,9 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=0)
     ap.add_argument("--eval-limit", type=int, default=0)
     ap.add_argument("--deadline-s", type=float, default=500.0, help="start no build that could end after this")
-    ap.add_argument("--timing-cache", default="/tmp/qdq22/trt86.timing")
+    ap.add_argument("--timing-cache", default=None,
+                    help="default: /tmp/qdq22/<model>.timing, one per model (a cache shared across models made "
+                         "TensorRT 8.6 report a Myelin error and then build the detectors for over 9 minutes)")
     ap.add_argument("--iters", type=int, default=50)
     ap.add_argument("--repeats", type=int, default=20)
     ap.add_argument("--redo", action="store_true")
@@ -174,6 +176,7 @@ def main() -> None:
     out = Path(args.out or f"/tmp/qdq22/{args.model}")
     work = out / "work"  # engines, calib's Q/DQ model, the FP32 reference: not for $OUT
     work.mkdir(parents=True, exist_ok=True)
+    args.timing_cache = args.timing_cache or f"/tmp/qdq22/{args.model}.timing"
     Path(args.timing_cache).parent.mkdir(parents=True, exist_ok=True)
     b = args.batch or m.batch
     u8 = np.load(d / man["eval"]["file"])
