@@ -321,14 +321,18 @@ def cache_inspect(file, model, ignore_hash, allow_unknown, as_json, ignore_sidec
 @click.argument("a", type=click.Path(dir_okay=False))
 @click.argument("b", type=click.Path(dir_okay=False))
 @click.option("--top", default=20, show_default=True, help="Rows of the largest differences.")
+@click.option("--ignore-sidecar", is_flag=True, help="Compare calib caches whose sidecars are missing or disagree.")
 @_handled
-def cache_diff(a, b, top):
+def cache_diff(a, b, top, ignore_sidecar):
     """Compare two caches tensor by tensor (ratio of amax B / A)."""
     import numpy as np
 
     from calib.cache import read_cache
+    from calib.cachecheck import checked_sidecar
 
     ca, cb = read_cache(a), read_cache(b)
+    checked_sidecar(a, ca, ignore_sidecar)
+    checked_sidecar(b, cb, ignore_sidecar)
     common = [n for n in ca.scales if n in cb.scales]
     only_a = [n for n in ca.scales if n not in cb.scales]
     only_b = [n for n in cb.scales if n not in ca.scales]

@@ -156,3 +156,14 @@ def test_convert_onto_a_published_cache_keeps_it_usable(made):
     assert r.exit_code == 0, r.output
     r = invoke("cache", "inspect", cache, "--model", made / "m.onnx")
     assert r.exit_code == 0 and "TRT-8600-MinMaxCalibration" in r.output, r.output
+
+
+def test_cache_diff_checks_the_sidecars_too(made):
+    """cache diff reads calib caches the same way: a sidecar from another run is named, unless overridden."""
+    a = made / "a" / "minmax.cache"
+    side = json.loads((made / "a" / "minmax.json").read_text())
+    first = next(iter(side["amax"]))
+    side["amax"][first] *= 2
+    (made / "a" / "minmax.json").write_text(json.dumps(side))
+    one_line_failure(invoke("cache", "diff", a, a), "minmax.json", "disagrees", "--ignore-sidecar")
+    assert invoke("cache", "diff", a, a, "--ignore-sidecar").exit_code == 0
