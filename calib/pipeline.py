@@ -95,6 +95,18 @@ def equalize_model(model_path: Path, source, stage: Path):
     return out, inspect_model(out), done
 
 
+def check_backend(recipe: Recipe) -> None:
+    """What the backend needs, checked before the statistics pass: TensorRT importable, the recipe's engine
+    settings consistent."""
+    if recipe.backend.kind != "tensorrt":
+        return
+    from calib.engine_jobs import check
+    from calib.runners.tensorrt import compat
+
+    check(recipe)
+    compat.load()
+
+
 def _run(recipe: Recipe, stage: Path) -> None:
     t0 = time.perf_counter()
     model_path = original = resolve(recipe.model)
@@ -103,11 +115,12 @@ def _run(recipe: Recipe, stage: Path) -> None:
              model_path, len(info.activations))
     input_name = info.inputs[0][0]
     c = recipe.calibration
-    if recipe.backend.kind == "tensorrt":
-        from calib.engine_jobs import check
-
-        check(recipe)
+    check_backend(recipe)
     csrc = make_source(recipe.calibration_data, recipe.preprocess, input_name, c.batch_size)
+    espec = recipe.evaluation_data or recipe.calibration_data
+    trt_backend = recipe.backend.kind == "tensorrt"
+    ebatch = recipe.backend.batch_size if trt_backend else recipe.evaluation.batch_size  # engines take their batch
+    esrc = make_source(espec, recipe.preprocess, input_name, ebatch)  # a bad offset or path: before the pass
     equalized = None
     if c.equalize:
         model_path, info, equalized = equalize_model(model_path, csrc, stage)
@@ -125,10 +138,6 @@ def _run(recipe: Recipe, stage: Path) -> None:
         files += [p.name, p.with_suffix(".json").name]
     log.info("caches written for %s (%d samples, %.1f s)", ", ".join(c.algorithms), samples,
              time.perf_counter() - t0)
-    espec = recipe.evaluation_data or recipe.calibration_data
-    trt_backend = recipe.backend.kind == "tensorrt"
-    ebatch = recipe.backend.batch_size if trt_backend else recipe.evaluation.batch_size  # engines take their batch
-    esrc = make_source(espec, recipe.preprocess, input_name, ebatch)
     configs, exclude, engines, es = dict(amax), {}, {}, None
     if trt_backend:
         from calib import engine_jobs as trt_engines
