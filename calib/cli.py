@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from calib import __version__
+from calib.cli_data import data_options, make_cli_source, with_data
 from calib.errors import CalibError
 
 
@@ -99,11 +100,9 @@ def sensitivity(ctx, recipe, out, overrides):
 
 @main.command()
 @click.argument("model", type=click.Path(dir_okay=False))
-@click.option("--data", required=True, type=click.Path(), help=".npy or .npz array of samples.")
+@data_options()
 @click.option("--algo", default="minmax,entropy,percentile,mse", show_default=True, help="Comma-separated.")
 @click.option("--batch-size", default=8, show_default=True, type=click.IntRange(1))
-@click.option("--preprocess", default="none", show_default=True, type=click.Choice(["none", "unit", "imagenet"]),
-              help="unit: uint8/255; imagenet: unit then ImageNet mean/std; NHWC arrays become NCHW.")
 @click.option("--percentile", default=99.99, show_default=True, type=float)
 @click.option("--trt-version", default="8600", show_default=True, help="Digits of the cache header.")
 @click.option("--carrier", default="EntropyCalibration2", show_default=True,
@@ -112,24 +111,30 @@ def sensitivity(ctx, recipe, out, overrides):
               help="Cross-layer equalization first; the caches are then for OUT/<model>.equalized.onnx.")
 @click.option("--out", "-o", required=True, type=click.Path(file_okay=False))
 @_handled
-def calibrate(model, data, algo, batch_size, preprocess, percentile, trt_version, carrier, equalize, out):
+@with_data
+def calibrate(model, data_args, algo, batch_size, percentile, trt_version, carrier, equalize, out):
     """Calibrate MODEL on --data in one pass; write OUT/<algo>.cache and OUT/<algo>.json per algorithm."""
+    from calib.algorithms import registry
     from calib.calibrate import calibrate as run_calibration
+    from calib.model import inspect_model
 
     algos = [a.strip() for a in algo.split(",") if a.strip()]
+    for a in algos:  # before the data is opened
+        registry.get(a)
+    data = make_cli_source(data_args, inspect_model(model), batch_size)
     if equalize:
-        from calib.data.arrays import ArraySource, load_array
         from calib.equalize import equalize_file
-        from calib.model import inspect_model
 
-        data = ArraySource(load_array(data), inspect_model(model).inputs[0][0], batch_size, preprocess, label=data)
         Path(out).mkdir(parents=True, exist_ok=True)
         target = Path(out) / f"{Path(model).stem}.equalized.onnx"
         done = equalize_file(model, data, target)
         click.echo(f"{target}  ({done['equalized']} of {done['pairs']} Conv pairs equalized)")
         model = str(target)  # calibrated on the same source, loaded once
     res = run_calibration(model, data, algos, {"percentile": {"percentile": percentile}}, batch_size,
-                          preprocess, out, trt_version, carrier)
+                          "none", out, trt_version, carrier)
+    skipped = getattr(data, "bad", None)
+    if skipped:
+        click.echo(f"{len(skipped)} unreadable images skipped", err=True)
     for a in algos:
         click.echo(f"{out}/{a}.cache  ({len(res.amax[a])} tensors)")
 
@@ -138,10 +143,13 @@ def calibrate(model, data, algo, batch_size, preprocess, percentile, trt_version
 @click.argument("model", type=click.Path(dir_okay=False))
 @click.option("--cache", "caches", multiple=True, required=True, type=click.Path(dir_okay=False),
               help="Calibration cache (ours or TensorRT's); repeat to compare several.")
-@click.option("--data", required=True, type=click.Path())
-@click.option("--preprocess", default="none", show_default=True, type=click.Choice(["none", "unit", "imagenet"]))
+@data_options()
 @click.option("--batch-size", default=8, show_default=True, type=click.IntRange(1))
-@click.option("--task", default="outputs", show_default=True, type=click.Choice(["outputs", "classification"]))
+@click.option("--task", default="outputs", show_default=True,
+              type=click.Choice(["outputs", "classification", "detection"]),
+              help="classification: top-1/top-5 agreement (and accuracy with class subfolders); detection: mAP "
+                   "against FP32's detections (and the labels of a COCO/YOLO set); refused where the model's "
+                   "outputs do not fit.")
 @click.option("--ignore-hash", is_flag=True, help="Use a cache whose sidecar names another model.")
 @click.option("--allow-unknown", is_flag=True, help="Use a cache naming tensors the model lacks (ignored).")
 @click.option("--exclude", multiple=True,
@@ -149,16 +157,23 @@ def calibrate(model, data, algo, batch_size, preprocess, percentile, trt_version
 @click.option("--layerwise/--no-layerwise", default=True, show_default=True, help="Compare every tensor.")
 @click.option("--out", "-o", required=True, type=click.Path(file_okay=False))
 @_handled
-def evaluate(model, caches, data, preprocess, batch_size, task, ignore_hash, allow_unknown, exclude, layerwise, out):
+@with_data
+def evaluate(model, caches, data_args, batch_size, task, ignore_hash, allow_unknown, exclude, layerwise, out):
     """Compare MODEL in FP32 with its INT8 simulation under each --cache; write a report to OUT."""
     from calib.cache import check_model_hash, read_cache, validate_against
-    from calib.data.arrays import ArraySource, load_array
     from calib.evaluate.api import evaluate as run_eval
     from calib.evaluate.report import summary, write_reports
-    from calib.model import inspect_model
+    from calib.evaluate.tasks import check_task
+    from calib.model import inspect_model, load_model
+    from calib.patterns import check_exclusions
+    from calib.recipe import DetectionSpec
     from calib.stats import HistogramCollector
 
-    info = inspect_model(model)
+    proto = load_model(model)
+    found = check_task(proto, task)
+    info = inspect_model(model, proto)
+    ex = check_exclusions(proto, exclude, model)
+    del proto
     configs = {}
     for c in caches:
         cf = read_cache(c)
@@ -166,14 +181,13 @@ def evaluate(model, caches, data, preprocess, batch_size, task, ignore_hash, all
         check_model_hash(c, info.sha256, ignore_hash)
         name = Path(c).stem
         configs[name if name not in configs else c] = cf.amaxes()
-    src = ArraySource(load_array(data), info.inputs[0][0], batch_size, preprocess, label=str(data))
-    from calib.qdq import excluded_from
-
-    ex = excluded_from(exclude)
-    res = run_eval(model, configs, src, task, exclude={n: ex for n in configs}, layerwise=layerwise)
+    src = make_cli_source(data_args, info, batch_size)
+    detection = DetectionSpec(format=found) if found else DetectionSpec()
+    res = run_eval(model, configs, src, task, detection, exclude={n: ex for n in configs}, layerwise=layerwise)
     report = {"recipe": Path(model).stem, "model": str(model), "model_sha256": info.sha256,
               "calibration": {"samples": "-"}, "evaluation": {"samples": res["samples"], "configs": res["configs"]},
-              "summary": summary(res), "files": ["report.json", "report.md", "report.html"]}
+              "fp32_task": res.get("fp32_task"), "summary": summary(res),
+              "files": ["report.json", "report.md", "report.html"]}
     Path(out).mkdir(parents=True, exist_ok=True)
     write_reports(out, report, HistogramCollector(), {})
     click.echo(f"wrote {out}/report.html")
@@ -199,8 +213,7 @@ def _shapes(items) -> tuple:
 @click.option("--cache", type=click.Path(dir_okay=False), help="Calibration cache for implicit INT8 (calib's or TensorRT's).")
 @click.option("--calibrator", type=click.Choice(["entropy2", "minmax", "entropy", "legacy"]),
               help="Calibrate with TensorRT's own algorithm over --data instead of a cache.")
-@click.option("--data", type=click.Path(), help=".npy/.npz samples for --calibrator.")
-@click.option("--preprocess", default="none", show_default=True, type=click.Choice(["none", "unit", "imagenet"]))
+@data_options(required=False, help_data="Samples for --calibrator: .npy/.npz, image folder, YOLO folder or COCO json.")
 @click.option("--precision", default="int8,fp16", show_default=True, help="Comma-separated: fp32, fp16, int8.")
 @click.option("--layer-precision", "layer_precision", multiple=True, metavar="PATTERN=PREC",
               help="Per-layer precision (name glob, re:REGEX or op:OpType = fp16|fp32|int8); repeatable.")
@@ -218,20 +231,28 @@ def _shapes(items) -> tuple:
               help="Q/DQ models: network typing (default: strongly typed on TensorRT 11+, weakly on 10.x so that "
                    "fp16 is honoured; a strongly typed FP32 model with fp16 is refused).")
 @_handled
-def build(model, out, cache, calibrator, data, preprocess, precision, layer_precision, layer_precisions_file,
+@with_data
+def build(model, out, cache, calibrator, data_args, precision, layer_precision, layer_precisions_file,
           constraints, batch_size, shapes, workspace_mb, opt_level, timing_cache, tactic_sources, ignore_hash,
           allow_unknown, strongly_typed):
     """Build a TensorRT engine from MODEL (FP32/FP16, INT8 from a cache, TensorRT's calibrator or Q/DQ)."""
-    from calib.engine_files import build_engine_file
+    from calib.cli_data import materialized
+    from calib.model import load_model
+    from calib.patterns import check_layer_precisions
     from calib.runners.tensorrt.builder import BuildSpec, read_layer_precisions
 
     rules = tuple(layer_precision) + tuple(read_layer_precisions(layer_precisions_file) if layer_precisions_file else ())
+    if rules:  # against the ONNX model's nodes, before TensorRT is loaded (no GPU needed to find a typo)
+        check_layer_precisions(load_model(model), rules, model)
+    from calib.engine_files import build_engine_file
+
     spec = BuildSpec(precisions=tuple(p.strip() for p in precision.split(",") if p.strip()), layer_precisions=rules,
                      constraints=constraints, workspace_mb=workspace_mb, optimization_level=opt_level,
                      timing_cache=timing_cache, batch_size=batch_size, shapes=_shapes(shapes),
                      tactic_sources=tuple(t.strip() for t in tactic_sources.split(",")) if tactic_sources else None,
                      strongly_typed=strongly_typed)
-    info = build_engine_file(model, out, spec, cache, calibrator, data, preprocess, ignore_hash, allow_unknown)
+    with materialized(data_args, model, batch_size if calibrator else 0) as (data, preprocess):
+        info = build_engine_file(model, out, spec, cache, calibrator, data, preprocess, ignore_hash, allow_unknown)
     counts = ", ".join(f"{k} {v}" for k, v in sorted(info["layer_summary"].items()))
     click.echo(f"wrote {out} ({'+'.join(info['precisions'])}, {info['build_seconds']:.1f} s; layers: {counts})")
 
@@ -345,17 +366,20 @@ def cache_convert(file, model, fmt, carrier, trt_version, exclude, ignore_hash, 
     from calib.cache import check_model_hash, read_cache, validate_against, write_cache
     from calib.io import atomic_write_bytes
     from calib.model import inspect_model, load_model
-    from calib.qdq import count_qdq, excluded_from, insert_qdq
+    from calib.patterns import check_exclusions
+    from calib.qdq import count_qdq, insert_qdq
 
     c = read_cache(file)
-    info = inspect_model(model)
+    proto = load_model(model)
+    ex = check_exclusions(proto, exclude, model)
+    info = inspect_model(model, proto)
     validate_against(c, info.activations, allow_unknown)
     check_model_hash(file, info.sha256, ignore_hash)
     if fmt == "cache":
         write_cache(out, c.amaxes(), trt_version or c.version, carrier)
         click.echo(f"wrote {out}")
         return
-    q = insert_qdq(load_model(model), c.amaxes(), excluded_from(exclude), int8_weights=int8_weights)
+    q = insert_qdq(proto, c.amaxes(), ex, int8_weights=int8_weights)
     atomic_write_bytes(out, q.SerializeToString())
     click.echo(f"wrote {out} ({count_qdq(q)} Q/DQ pairs)")
 

@@ -95,15 +95,22 @@ def equalize_model(model_path: Path, source, stage: Path):
     return out, inspect_model(out), done
 
 
-def check_backend(recipe: Recipe) -> None:
+def check_backend(recipe: Recipe, model_path: Path | None = None) -> None:
     """What the backend needs, checked before the statistics pass: TensorRT importable, the recipe's engine
-    settings consistent."""
+    settings consistent, its layer precision patterns naming layers of the model."""
     if recipe.backend.kind != "tensorrt":
         return
-    from calib.engine_jobs import check
+    from calib.engine_jobs import check, layer_precision_rules
     from calib.runners.tensorrt import compat
 
     check(recipe)
+    rules = layer_precision_rules(recipe)
+    if rules and model_path is not None:
+        from calib.model import load_model
+        from calib.patterns import check_layer_precisions
+
+        check_layer_precisions(load_model(model_path), rules, str(model_path),
+                               f"{recipe.source}: backend.layer_precisions:")
     compat.load()
 
 
@@ -115,7 +122,7 @@ def _run(recipe: Recipe, stage: Path) -> None:
              model_path, len(info.activations))
     input_name = info.inputs[0][0]
     c = recipe.calibration
-    check_backend(recipe)
+    check_backend(recipe, model_path)
     csrc = make_source(recipe.calibration_data, recipe.preprocess, input_name, c.batch_size)
     espec = recipe.evaluation_data or recipe.calibration_data
     trt_backend = recipe.backend.kind == "tensorrt"

@@ -156,8 +156,8 @@ def _sensitivity(recipe: Recipe, stage: Path, out: Path) -> None:
             raise CalibError(f"{recipe.source}: sensitivity.per_tensor: unknown algorithm '{a}'")
     from calib.pipeline import check_backend
 
-    check_backend(recipe)
     model_path = resolve(recipe.model)
+    check_backend(recipe, model_path)
     info = inspect_model(model_path)
     name = info.inputs[0][0]
     csrc = make_source(recipe.calibration_data, recipe.preprocess, name, recipe.calibration.batch_size)

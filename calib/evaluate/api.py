@@ -10,6 +10,7 @@ from calib.errors import DataError
 from calib.evaluate.detect import DetectionTally
 from calib.evaluate.layerwise import Comparison, Simulator
 from calib.evaluate.metrics import Classification
+from calib.evaluate.tasks import check_task
 from calib.model import inspect_model
 from calib.progress import bar
 from calib.recipe import DetectionSpec
@@ -38,6 +39,7 @@ def evaluate(model, caches: dict, source, task: str = "outputs", detection: Dete
              exclude: dict | None = None, layerwise: bool = True, engines: dict | None = None) -> dict:
     """Compare FP32 with INT8 simulations, one per entry of `caches` (name -> cache path or {tensor: amax}), and
     with `engines` (name -> a runner of the same model, e.g. a TensorRT engine; compared on the outputs)."""
+    check_task(model, task, detection.format if task == "detection" else None)
     info = inspect_model(model)
     configs = _configs(caches)
     engines = dict(engines or {})
