@@ -56,11 +56,11 @@ def evaluate(model, caches: dict, source, task: str = "outputs", detection: Dete
     total = len(source) if hasattr(source, "__len__") else None
     with bar("evaluate", total=total) as pbar:
         for batch, samples, meta in _batches(source):
-            ref, tests = sim.run(batch)
+            ref, tests = sim.compare(batch, comps, keep_reference=bool(perturbed))
             for name, runner in engines.items():
                 tests[name] = runner.run(batch, None if name in perturbed else list(info.outputs))
+                comps[name].update(ref, tests[name])
             for name, test in tests.items():
-                comps[name].update(ref, test)
                 if task == "classification":
                     out = info.outputs[0]
                     cls[name].update(ref[out], test[out], [getattr(s, "label", None) for s in samples])
