@@ -76,14 +76,14 @@ def check_exclusions(model: onnx.ModelProto, patterns: Iterable[str], label: str
     patterns = list(patterns)
     if not patterns:
         return excluded_from(())
-    quantized = {ni for ni, _, _ in quantized_inputs(model)}
+    placed = set(quantized_inputs(model))
     for p in patterns:
         if p in ("op:", ""):
             raise CalibError(f"{flag} '{p}': expected a node/output name glob or op:<OpType>")
         hits = exclusion_matches(model, p)
         if not hits:
             raise _no_match(flag, p, model, label)
-        if not quantized.intersection(hits):
+        if set(quantized_inputs(model, excluded_from([p]))) == placed:  # the placement is the same without it
             g = model.graph.node
             what = _shown([f"{g[i].name or g[i].output[0]} ({g[i].op_type})" for i in hits])
             raise CalibError(f"{flag} '{p}' matches {len(hits)} node{'s' if len(hits) > 1 else ''} ({what}) with "
