@@ -114,13 +114,13 @@ def job(name: str, samples: int, batch: int) -> dict:
 YOLO = {"data": ROOT / "datasets" / "photos_crops", "limit": 32, "batch": 8}  # the default recipe's calibration set
 
 
-def plain_pass(which: str) -> None:
+def plain_pass(which: str, photos: str) -> None:
     """The baseline of the whole-process figure: a fresh interpreter that reads the same data, preprocesses it as
-    calib does and runs ONNX Runtime FP32 over it, nothing else."""
+    calib does and runs ONNX Runtime FP32 over it, nothing else (no onnx import: the photos' path is given)."""
     import onnxruntime as ort
 
     if which == "mobilenet_v2":
-        u8 = photos_u8()
+        u8 = np.load(photos, mmap_mode="r")
         s = ort.InferenceSession(str(MODEL), providers=["CPUExecutionProvider"])
         for b in Source(u8, 32, len(u8)):
             s.run(None, b)
@@ -168,7 +168,9 @@ def whole_process(repeat: int) -> None:
     for which in ("mobilenet_v2", "yolov3-tiny"):
         with tempfile.TemporaryDirectory(prefix="calib-bench-") as out:
             calib_cmd = [sys.executable, "-m", "calib", "-q", *calib_command(which, out)]
-            plain_cmd = [sys.executable, __file__, "--plain", which]
+            from conftest import _photos_224
+
+            plain_cmd = [sys.executable, __file__, "--plain", which, "--photos", str(_photos_224())]
             try:
                 wall(plain_cmd), wall(calib_cmd)
                 runs = [(wall(plain_cmd), wall(calib_cmd)) for _ in range(repeat)]
@@ -207,6 +209,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3,
                     help="FP32 and calib runs, alternated; the table shows each one's median (the machine drifts)")
     ap.add_argument("--plain", help=argparse.SUPPRESS)
+    ap.add_argument("--photos", help=argparse.SUPPRESS)
     ap.add_argument("--whole", type=int, default=3, help="alternated whole-process runs per model (0: skip)")
     ap.add_argument("--only-whole", action="store_true", help="only the whole-process figures")
     a = ap.parse_args()
@@ -214,7 +217,7 @@ def main() -> None:
         print(json.dumps(job(a.worker, a.samples, a.batch)))
         return
     if a.plain:
-        plain_pass(a.plain)
+        plain_pass(a.plain, a.photos)
         return
     if a.only_whole:
         whole_process(a.whole)
