@@ -17,6 +17,7 @@ from calib.data.sources import make_source
 from calib.errors import CalibError
 from calib.evaluate.api import evaluate
 from calib.evaluate.report import summary, write_reports
+from calib.evaluate.tasks import check_task
 from calib.io import atomic_write_bytes
 from calib.model import inspect_model
 from calib.progress import setup_logging
@@ -123,6 +124,9 @@ def _run(recipe: Recipe, stage: Path) -> None:
     input_name = info.inputs[0][0]
     c = recipe.calibration
     check_backend(recipe, model_path)
+    task = recipe.evaluation.task
+    check_task(model_path, task, recipe.evaluation.detection.format if task == "detection" else None,
+               "evaluation.task", f"{recipe.source}: model {model_path}")
     csrc = make_source(recipe.calibration_data, recipe.preprocess, input_name, c.batch_size)
     espec = recipe.evaluation_data or recipe.calibration_data
     trt_backend = recipe.backend.kind == "tensorrt"

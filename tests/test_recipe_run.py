@@ -127,3 +127,10 @@ def test_missing_tensorrt_is_reported_before_the_pass(tmp_path, tiny_model):
     for cmd in ("run", "sensitivity"):
         r = CliRunner().invoke(main, ["--quiet", cmd, str(p)])
         assert r.exit_code == 2 and "tensorrt is not installed: pip install" in r.output, (cmd, r.output)
+
+
+def test_a_task_the_model_does_not_fit_is_reported_before_the_pass(tmp_path, tiny_model):
+    p = _broken_calibration_recipe(tmp_path, tiny_model, "evaluation: {task: detection}")
+    r = CliRunner().invoke(main, ["--quiet", "run", str(p)])
+    assert r.exit_code == 2 and "evaluation.task detection needs outputs boxes" in r.output, r.output
+    assert "use evaluation.task classification" in r.output

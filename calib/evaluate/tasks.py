@@ -57,22 +57,24 @@ def is_classifier(shapes: dict) -> bool:
     return len(first) >= 2 and len(squeezed) <= 1 and len(shapes) == 1
 
 
-def check_task(model: str | Path | onnx.ModelProto, task: str, detection_format_wanted: str | None = None) -> str | None:
-    """Refuse a task the model's outputs do not fit; returns the detection format found (detection only)."""
+def check_task(model: str | Path | onnx.ModelProto, task: str, detection_format_wanted: str | None = None,
+               flag: str = "--task", label: str | None = None) -> str | None:
+    """Refuse a task the model's outputs do not fit; returns the detection format found (detection only).
+    `flag` names the setting in the message (`--task`, or a recipe's `evaluation.task`), `label` the model."""
     proto = model if isinstance(model, onnx.ModelProto) else onnx.load(str(model), load_external_data=False)
-    label = proto.graph.name if isinstance(model, onnx.ModelProto) else str(model)
+    label = label or (proto.graph.name if isinstance(model, onnx.ModelProto) else str(model))
     shapes = output_shapes(proto)
     if task not in TASKS:
         raise ModelError(f"unknown task '{task}' (choose from {', '.join(TASKS)})")
     found = detection_format(shapes)
     if task == "classification" and not is_classifier(shapes):
-        hint = "; use --task detection" if found else "; use --task outputs"
-        raise ModelError(f"{label}: --task classification needs one output of class scores [N, C]; its outputs "
+        hint = f"; use {flag} detection" if found else f"; use {flag} outputs"
+        raise ModelError(f"{label}: {flag} classification needs one output of class scores [N, C]; its outputs "
                          f"are {_show(shapes)}{hint}")
     if task == "detection":
         if found is None:
-            hint = "; use --task classification" if is_classifier(shapes) else "; use --task outputs"
-            raise ModelError(f"{label}: --task detection needs outputs boxes [N, A, 4] + scores [N, A, C] "
+            hint = f"; use {flag} classification" if is_classifier(shapes) else f"; use {flag} outputs"
+            raise ModelError(f"{label}: {flag} detection needs outputs boxes [N, A, 4] + scores [N, A, C] "
                              f"(YOLOv3) or one [N, 4 + C, A] (YOLOv8); its outputs are {_show(shapes)}{hint}")
         if detection_format_wanted and detection_format_wanted != found:
             raise ModelError(f"{label}: detection format {detection_format_wanted} does not fit its outputs "
