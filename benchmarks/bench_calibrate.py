@@ -1,15 +1,21 @@
 """Calibration speed and memory: calib's one-pass statistics vs ONNX Runtime's calibrators vs pure FP32 inference.
 
-    python benchmarks/bench_calibrate.py [--samples 256] [--batch 32] [--skip-ort entropy,percentile]
+    python benchmarks/bench_calibrate.py [--samples 256] [--batch 32] [--skip-ort entropy,percentile] [--whole 3]
+    python benchmarks/bench_calibrate.py --only-whole      # only the whole-process figures
 
 MobileNetV2 (the TensorRT golden model) on the golden real photos, ImageNet preprocessing. Each job runs in its
 own process so that peak RSS is its own; the table prints time and memory as ratios to pure FP32 inference run
 in the same script. calib's job computes all four algorithms (minmax, entropy, percentile, mse) from one pass.
+
+The whole-process figure runs `calib calibrate` as a user does (a fresh interpreter: imports, loading the compiled
+kernels, the model and data, the pass, the caches) against a fresh interpreter doing only the FP32 pass over the
+same data, on MobileNetV2 (256 photos) and YOLOv3-tiny (the default recipe's 32 calibration crops).
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -105,6 +111,78 @@ def job(name: str, samples: int, batch: int) -> dict:
     return out
 
 
+YOLO = {"data": ROOT / "datasets" / "photos_crops", "limit": 32, "batch": 8}  # the default recipe's calibration set
+
+
+def plain_pass(which: str, photos: str) -> None:
+    """The baseline of the whole-process figure: a fresh interpreter that reads the same data, preprocesses it as
+    calib does and runs ONNX Runtime FP32 over it, nothing else (no onnx import: the photos' path is given)."""
+    import onnxruntime as ort
+
+    if which == "mobilenet_v2":
+        u8 = np.load(photos, mmap_mode="r")
+        s = ort.InferenceSession(str(MODEL), providers=["CPUExecutionProvider"])
+        for b in Source(u8, 32, len(u8)):
+            s.run(None, b)
+        return
+    from calib.data.sources import make_source
+    from calib.recipe import DataSpec, PreprocessSpec
+    from calib.zoo import fetch
+
+    model = fetch("yolov3-tiny")
+    src = make_source(DataSpec(kind="folder", path=str(YOLO["data"]), limit=YOLO["limit"]),
+                      PreprocessSpec(resize=(416, 416), mode="letterbox", pad_value=127), "images", YOLO["batch"])
+    s = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+    for b in src:
+        s.run(None, b)
+
+
+def calib_command(which: str, out: str) -> list[str]:
+    if which == "mobilenet_v2":
+        from conftest import _photos_224
+
+        return ["calibrate", str(MODEL), "--data", str(_photos_224()), "--preprocess", "imagenet",
+                "--batch-size", "32", "-o", out]
+    from calib.zoo import fetch
+
+    return ["calibrate", str(fetch("yolov3-tiny")), "--data", str(YOLO["data"]), "--limit", str(YOLO["limit"]),
+            "--letterbox", "--pad-value", "127", "--batch-size", str(YOLO["batch"]), "-o", out]
+
+
+def wall(cmd: list[str]) -> float:
+    """Seconds from spawning `cmd` to its exit: interpreter start, imports, compiled-kernel loading, everything."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")])}
+    t0 = time.perf_counter()
+    r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env)
+    secs = time.perf_counter() - t0
+    if r.returncode != 0:
+        raise RuntimeError((r.stderr.strip().splitlines() or ["failed"])[-1])
+    return secs
+
+
+def whole_process(repeat: int) -> None:
+    """`calib calibrate` (four algorithms) as a user runs it against the plain FP32 pass, both whole processes,
+    alternated `repeat` times (after one warm-up pair: the kernels compile once per checkout)."""
+    print("whole process (spawn to exit), median of alternated runs; calib = calib calibrate, four algorithms")
+    print(f"{'model':14s} {'plain FP32 s':>12s} {'calib s':>8s} {'x FP32':>7s}")
+    for which in ("mobilenet_v2", "yolov3-tiny"):
+        with tempfile.TemporaryDirectory(prefix="calib-bench-") as out:
+            calib_cmd = [sys.executable, "-m", "calib", "-q", *calib_command(which, out)]
+            from conftest import _photos_224
+
+            plain_cmd = [sys.executable, __file__, "--plain", which, "--photos", str(_photos_224())]
+            try:
+                wall(plain_cmd), wall(calib_cmd)
+                runs = [(wall(plain_cmd), wall(calib_cmd)) for _ in range(repeat)]
+            except RuntimeError as exc:
+                print(f"{which:14s} failed: {exc}")
+                continue
+        fp32 = sorted(r[0] for r in runs)[len(runs) // 2]
+        cal = sorted(r[1] for r in runs)[len(runs) // 2]
+        print(f"{which:14s} {fp32:12.2f} {cal:8.2f} {cal / fp32:7.2f}   (runs: "
+              + ", ".join(f"{a:.1f}/{b:.1f}" for a, b in runs) + ")")
+
+
 def run_job(name: str, samples: int, batch: int) -> dict:
     r = subprocess.run([sys.executable, __file__, "--worker", name, "--samples", str(samples), "--batch", str(batch)],
                        capture_output=True, text=True)
@@ -130,9 +208,19 @@ def main() -> None:
     ap.add_argument("--scaling", type=int, default=1024, help="also run calib at this many samples (0: skip)")
     ap.add_argument("--repeat", type=int, default=3,
                     help="FP32 and calib runs, alternated; the table shows each one's median (the machine drifts)")
+    ap.add_argument("--plain", help=argparse.SUPPRESS)
+    ap.add_argument("--photos", help=argparse.SUPPRESS)
+    ap.add_argument("--whole", type=int, default=3, help="alternated whole-process runs per model (0: skip)")
+    ap.add_argument("--only-whole", action="store_true", help="only the whole-process figures")
     a = ap.parse_args()
     if a.worker:
         print(json.dumps(job(a.worker, a.samples, a.batch)))
+        return
+    if a.plain:
+        plain_pass(a.plain, a.photos)
+        return
+    if a.only_whole:
+        whole_process(a.whole)
         return
     skip = {f"ort-{s}" for s in a.skip_ort.split(",") if s}
     pairs = [(run_job("fp32", a.samples, a.batch), run_job("calib", a.samples, a.batch)) for _ in range(a.repeat)]
@@ -155,6 +243,8 @@ def main() -> None:
         e2e = base["seconds"] + base["setup_seconds"]
         print(f"FP32 counting its session creation and warm-up run as calib's time counts its own: {e2e:.2f} s; "
               f"calib = {calib_row['seconds'] / e2e:.2f}x that")
+    if a.whole:
+        whole_process(a.whole)
     if a.scaling:
         big = run_job("calib", a.scaling, a.batch)
         print(f"calib at {a.scaling} samples: {big['seconds']:.2f} s, peak RSS {big['peak_rss_mb']:.0f} MB "

@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from calib import __version__
+from calib.cli_data import data_options, make_cli_source, with_data
 from calib.errors import CalibError
 
 
@@ -107,11 +108,9 @@ def sensitivity(ctx, recipe, out, overrides):
 
 @main.command()
 @click.argument("model", type=click.Path(dir_okay=False))
-@click.option("--data", required=True, type=click.Path(), help=".npy or .npz array of samples.")
+@data_options()
 @click.option("--algo", default="minmax,entropy,percentile,mse", show_default=True, help="Comma-separated.")
 @click.option("--batch-size", default=8, show_default=True, type=click.IntRange(1))
-@click.option("--preprocess", default="none", show_default=True, type=click.Choice(["none", "unit", "imagenet"]),
-              help="unit: uint8/255; imagenet: unit then ImageNet mean/std; NHWC arrays become NCHW.")
 @click.option("--percentile", default=99.99, show_default=True, type=click.FloatRange(0, 100, min_open=True))
 @click.option("--trt-version", default="8600", show_default=True, help="Digits of the cache header.")
 @click.option("--carrier", default="EntropyCalibration2", show_default=True,
@@ -121,21 +120,29 @@ def sensitivity(ctx, recipe, out, overrides):
 @click.option("--skip-nonfinite", is_flag=True, help="Leave out samples holding NaN or Inf (default: an error).")
 @click.option("--out", "-o", required=True, type=click.Path(file_okay=False))
 @_handled
-def calibrate(model, data, algo, batch_size, preprocess, percentile, trt_version, carrier, equalize, skip_nonfinite,
-              out):
+@with_data
+def calibrate(model, data_args, algo, batch_size, percentile, trt_version, carrier, equalize, skip_nonfinite, out):
     """Calibrate MODEL on --data in one pass; write OUT/<algo>.cache and OUT/<algo>.json per algorithm."""
+    from calib.algorithms import registry
     from calib.calibrate import calibrate as run_calibration
+    from calib.model import inspect_model
 
     algos = [a.strip() for a in algo.split(",") if a.strip()]
     if not algos:
         raise CalibError("--algo: no algorithm named")
+    for a in algos:  # before the data is opened
+        registry.get(a)
+    data = make_cli_source(data_args, inspect_model(model), batch_size)
     res = run_calibration(model, data, algos, {"percentile": {"percentile": percentile}}, batch_size,
-                          preprocess, out, trt_version, carrier, skip_nonfinite=skip_nonfinite, equalize=equalize)
+                          "none", out, trt_version, carrier, skip_nonfinite=skip_nonfinite, equalize=equalize)
     if res.equalized:
         click.echo(f"{out}/{res.equalized['file']}  ({res.equalized['equalized']} of {res.equalized['pairs']} "
                    "Conv pairs equalized)")
     if res.left_out:
         click.echo(f"left out {len(res.left_out)} samples holding NaN or Inf", err=True)
+    skipped = getattr(data, "bad", None)
+    if skipped:
+        click.echo(f"{len(skipped)} unreadable images skipped", err=True)
     for a in algos:
         click.echo(f"{out}/{a}.cache  ({len(res.amax[a])} tensors)")
 
@@ -144,10 +151,13 @@ def calibrate(model, data, algo, batch_size, preprocess, percentile, trt_version
 @click.argument("model", type=click.Path(dir_okay=False))
 @click.option("--cache", "caches", multiple=True, required=True, type=click.Path(dir_okay=False),
               help="Calibration cache (ours or TensorRT's); repeat to compare several.")
-@click.option("--data", required=True, type=click.Path())
-@click.option("--preprocess", default="none", show_default=True, type=click.Choice(["none", "unit", "imagenet"]))
+@data_options()
 @click.option("--batch-size", default=8, show_default=True, type=click.IntRange(1))
-@click.option("--task", default="outputs", show_default=True, type=click.Choice(["outputs", "classification"]))
+@click.option("--task", default="outputs", show_default=True,
+              type=click.Choice(["outputs", "classification", "detection"]),
+              help="classification: top-1/top-5 agreement (and accuracy with class subfolders); detection: mAP "
+                   "against FP32's detections (and the labels of a COCO/YOLO set); refused where the model's "
+                   "outputs do not fit.")
 @click.option("--ignore-hash", is_flag=True, help="Use a cache whose sidecar names another model.")
 @click.option("--allow-unknown", is_flag=True, help="Use a cache naming tensors the model lacks (ignored).")
 @click.option("--exclude", multiple=True,
@@ -156,31 +166,38 @@ def calibrate(model, data, algo, batch_size, preprocess, percentile, trt_version
 @_cache_checks
 @click.option("--out", "-o", required=True, type=click.Path(file_okay=False))
 @_handled
-def evaluate(model, caches, data, preprocess, batch_size, task, ignore_hash, allow_unknown, exclude, layerwise,
+@with_data
+def evaluate(model, caches, data_args, batch_size, task, ignore_hash, allow_unknown, exclude, layerwise,
              ignore_sidecar, allow_partial, out):
     """Compare MODEL in FP32 with its INT8 simulation under each --cache; write a report to OUT."""
     from calib.cachecheck import CacheChecks, load_checked
-    from calib.data.arrays import ArraySource, load_array
     from calib.evaluate.api import evaluate as run_eval
     from calib.evaluate.report import summary, write_reports
-    from calib.model import inspect_model
+    from calib.evaluate.tasks import check_task
+    from calib.model import inspect_model, load_model
+    from calib.patterns import check_exclusions
     from calib.publish import publish
-    from calib.qdq import excluded_from
+    from calib.recipe import DetectionSpec
     from calib.stats import HistogramCollector
 
-    info = inspect_model(model)
-    ex = excluded_from(exclude)
+    proto = load_model(model)
+    found = check_task(proto, task)
+    info = inspect_model(model, proto)
+    ex = check_exclusions(proto, exclude, model)
+    del proto
     checks = CacheChecks(ignore_hash, allow_unknown, ignore_sidecar, allow_partial)
     configs = {}
     for c in caches:
         cf, _ = load_checked(c, info, checks, ex)
         name = Path(c).stem
         configs[name if name not in configs else c] = cf.amaxes()
-    src = ArraySource(load_array(data), info.inputs[0][0], batch_size, preprocess, label=str(data))
-    res = run_eval(model, configs, src, task, exclude={n: ex for n in configs}, layerwise=layerwise)
+    src = make_cli_source(data_args, info, batch_size)
+    detection = DetectionSpec(format=found) if found else DetectionSpec()
+    res = run_eval(model, configs, src, task, detection, exclude={n: ex for n in configs}, layerwise=layerwise)
     report = {"recipe": Path(model).stem, "model": str(model), "model_sha256": info.sha256,
               "calibration": {"samples": "-"}, "evaluation": {"samples": res["samples"], "configs": res["configs"]},
-              "summary": summary(res), "files": ["report.json", "report.md", "report.html"], "model_file": str(model),
+              "fp32_task": res.get("fp32_task"), "summary": summary(res),
+              "files": ["report.json", "report.md", "report.html"], "model_file": str(model),
               "caches": {name: str(c) for name, c in zip(configs, caches)}, "out_dir": str(out)}
     publish(out, lambda stage: write_reports(stage, report, HistogramCollector(), {}), "evaluate")
     click.echo(f"wrote {out}/report.html")
@@ -206,8 +223,7 @@ def _shapes(items) -> tuple:
 @click.option("--cache", type=click.Path(dir_okay=False), help="Calibration cache for implicit INT8 (calib's or TensorRT's).")
 @click.option("--calibrator", type=click.Choice(["entropy2", "minmax", "entropy", "legacy"]),
               help="Calibrate with TensorRT's own algorithm over --data instead of a cache.")
-@click.option("--data", type=click.Path(), help=".npy/.npz samples for --calibrator.")
-@click.option("--preprocess", default="none", show_default=True, type=click.Choice(["none", "unit", "imagenet"]))
+@data_options(required=False, help_data="Samples for --calibrator: .npy/.npz, image folder, YOLO folder or COCO json.")
 @click.option("--precision", default="int8,fp16", show_default=True, help="Comma-separated: fp32, fp16, int8.")
 @click.option("--layer-precision", "layer_precision", multiple=True, metavar="PATTERN=PREC",
               help="Per-layer precision (name glob, re:REGEX or op:OpType = fp16|fp32|int8); repeatable.")
@@ -226,7 +242,8 @@ def _shapes(items) -> tuple:
                    "fp16 is honoured; a strongly typed FP32 model with fp16 is refused).")
 @_cache_checks
 @_handled
-def build(model, out, cache, calibrator, data, preprocess, precision, layer_precision, layer_precisions_file,
+@with_data
+def build(model, out, cache, calibrator, data_args, precision, layer_precision, layer_precisions_file,
           constraints, batch_size, shapes, workspace_mb, opt_level, timing_cache, tactic_sources, ignore_hash,
           allow_unknown, strongly_typed, ignore_sidecar, allow_partial):
     """Build a TensorRT engine from MODEL (FP32/FP16, INT8 from a cache, TensorRT's calibrator or Q/DQ)."""
@@ -237,16 +254,23 @@ def build(model, out, cache, calibrator, data, preprocess, precision, layer_prec
         checks = CacheChecks(ignore_hash, allow_unknown, ignore_sidecar, allow_partial)
         load_checked(cache, inspect_model(model), checks)
         ignore_hash = ignore_hash or ignore_sidecar  # checked above; an ignored sidecar is not read again
-    from calib.engine_files import build_engine_file
+    from calib.cli_data import materialized
+    from calib.model import load_model
+    from calib.patterns import check_layer_precisions
     from calib.runners.tensorrt.builder import BuildSpec, read_layer_precisions
 
     rules = tuple(layer_precision) + tuple(read_layer_precisions(layer_precisions_file) if layer_precisions_file else ())
+    if rules:  # against the ONNX model's nodes, before TensorRT is loaded (no GPU needed to find a typo)
+        check_layer_precisions(load_model(model), rules, model)
+    from calib.engine_files import build_engine_file
+
     spec = BuildSpec(precisions=tuple(p.strip() for p in precision.split(",") if p.strip()), layer_precisions=rules,
                      constraints=constraints, workspace_mb=workspace_mb, optimization_level=opt_level,
                      timing_cache=timing_cache, batch_size=batch_size, shapes=_shapes(shapes),
                      tactic_sources=tuple(t.strip() for t in tactic_sources.split(",")) if tactic_sources else None,
                      strongly_typed=strongly_typed)
-    info = build_engine_file(model, out, spec, cache, calibrator, data, preprocess, ignore_hash, allow_unknown)
+    with materialized(data_args, model, batch_size if calibrator else 0) as (data, preprocess):
+        info = build_engine_file(model, out, spec, cache, calibrator, data, preprocess, ignore_hash, allow_unknown)
     counts = ", ".join(f"{k} {v}" for k, v in sorted(info["layer_summary"].items()))
     click.echo(f"wrote {out} ({'+'.join(info['precisions'])}, {info['build_seconds']:.1f} s; layers: {counts})")
 
@@ -368,10 +392,12 @@ def cache_convert(file, model, fmt, carrier, trt_version, exclude, ignore_hash, 
     from calib.cachecheck import CacheChecks, load_checked, write_converted
     from calib.io import atomic_write_bytes
     from calib.model import inspect_model, load_model
+    from calib.patterns import check_exclusions
     from calib.qdq import count_qdq, excluded_from, insert_qdq
 
-    info, proto = inspect_model(model), load_model(model)
-    ex = excluded_from(exclude) if fmt == "qdq" else excluded_from(())
+    proto = load_model(model)
+    ex = check_exclusions(proto, exclude, model) if fmt == "qdq" else excluded_from(())
+    info = inspect_model(model, proto)
     c, side = load_checked(file, info, CacheChecks(ignore_hash, allow_unknown, ignore_sidecar, allow_partial), ex,
                            proto)
     if fmt == "cache":

@@ -28,6 +28,18 @@ class MissingExtraError(CalibError):
     """An optional dependency (tensorrt, torch, ...) is needed but not installed."""
 
 
+DISTRIBUTION = "calib-trt"  # the name pip knows calib by (`calib` on PyPI is an unrelated project)
+# the optional extras of pyproject.toml, so that a hint names packages pip can install from anywhere
+EXTRAS = {"trt": ("tensorrt>=8.6", "cuda-python>=12"), "torch": ("torch>=2.1", "torchvision>=0.16"),
+          "data": ("scikit-image>=0.22", "scikit-learn>=1.3")}
+
+
+def install_hint(extra: str) -> str:
+    """A pip command that installs what `extra` adds, wherever calib came from."""
+    reqs = " ".join(f"'{r}'" for r in EXTRAS.get(extra, ()))
+    return f"pip install {reqs} (the [{extra}] extra of {DISTRIBUTION}; in a clone: pip install -e '.[{extra}]')"
+
+
 def require(module: str, extra: str):
     """Import an optional module or raise a one-line error naming the extra to install."""
     import importlib
@@ -35,6 +47,4 @@ def require(module: str, extra: str):
     try:
         return importlib.import_module(module)
     except ImportError as exc:
-        raise MissingExtraError(
-            f"{module} is not installed: pip install 'calib[{extra}]' ({exc})"
-        ) from None
+        raise MissingExtraError(f"{module} is not installed: {install_hint(extra)} ({exc})") from None

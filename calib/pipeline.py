@@ -13,6 +13,7 @@ from calib.calibrate import collect, compute_all
 from calib.data.sources import make_source
 from calib.evaluate.api import evaluate
 from calib.evaluate.report import summary, write_reports
+from calib.evaluate.tasks import check_task
 from calib.io import atomic_write_bytes
 from calib.model import inspect_model
 from calib.progress import setup_logging
@@ -56,6 +57,25 @@ def equalize_model(model_path: Path, source, stage: Path):
     return out, inspect_model(out), done
 
 
+def check_backend(recipe: Recipe, model_path: Path | None = None) -> None:
+    """What the backend needs, checked before the statistics pass: TensorRT importable, the recipe's engine
+    settings consistent, its layer precision patterns naming layers of the model."""
+    if recipe.backend.kind != "tensorrt":
+        return
+    from calib.engine_jobs import check, layer_precision_rules
+    from calib.runners.tensorrt import compat
+
+    check(recipe)
+    rules = layer_precision_rules(recipe)
+    if rules and model_path is not None:
+        from calib.model import load_model
+        from calib.patterns import check_layer_precisions
+
+        check_layer_precisions(load_model(model_path), rules, str(model_path),
+                               f"{recipe.source}: backend.layer_precisions:")
+    compat.load()
+
+
 def _run(recipe: Recipe, stage: Path, final: Path | None = None) -> None:
     t0 = time.perf_counter()
     model_path = original = resolve(recipe.model)
@@ -64,11 +84,15 @@ def _run(recipe: Recipe, stage: Path, final: Path | None = None) -> None:
              model_path, len(info.activations))
     input_name = info.inputs[0][0]
     c = recipe.calibration
-    if recipe.backend.kind == "tensorrt":
-        from calib.engine_jobs import check
-
-        check(recipe)
+    check_backend(recipe, model_path)
+    task = recipe.evaluation.task
+    check_task(model_path, task, recipe.evaluation.detection.format if task == "detection" else None,
+               "evaluation.task", f"{recipe.source}: model {model_path}")
     csrc = make_source(recipe.calibration_data, recipe.preprocess, input_name, c.batch_size)
+    espec = recipe.evaluation_data or recipe.calibration_data
+    trt_backend = recipe.backend.kind == "tensorrt"
+    ebatch = recipe.backend.batch_size if trt_backend else recipe.evaluation.batch_size  # engines take their batch
+    esrc = make_source(espec, recipe.preprocess, input_name, ebatch)  # a bad offset or path: before the pass
     equalized = None
     if c.equalize:
         model_path, info, equalized = equalize_model(model_path, csrc, stage)
@@ -88,10 +112,6 @@ def _run(recipe: Recipe, stage: Path, final: Path | None = None) -> None:
         files += [p.name, p.with_suffix(".json").name]
     log.info("caches written for %s (%d samples, %.1f s)", ", ".join(c.algorithms), samples,
              time.perf_counter() - t0)
-    espec = recipe.evaluation_data or recipe.calibration_data
-    trt_backend = recipe.backend.kind == "tensorrt"
-    ebatch = recipe.backend.batch_size if trt_backend else recipe.evaluation.batch_size  # engines take their batch
-    esrc = make_source(espec, recipe.preprocess, input_name, ebatch)
     configs, exclude, engines, es = dict(amax), {}, {}, None
     if trt_backend:
         from calib import engine_jobs as trt_engines

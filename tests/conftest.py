@@ -12,6 +12,40 @@ from onnx import TensorProto, helper, numpy_helper
 ROOT = Path(__file__).resolve().parents[1]
 GOLDEN = Path(os.environ.get("CALIB_GOLDEN", ROOT / "tests" / "golden" / "trt86-h200"))
 PHOTOS_SHA256 = "41f88c0a6ad7441da6e009198bfe8689a1f18740c20767859f8acd758b6d0a73"
+# the user's calib folder (zoo models, timing caches), as it was before the tests: read, never written
+USER_HOME = Path(os.environ.get("CALIB_HOME", Path.home() / ".cache" / "calib"))
+
+
+def isolated_home(root: Path, user_home: Path = USER_HOME) -> Path:
+    """A calib home for the test session under `root`: copies of the zoo models the user has fetched already
+    (so that no test downloads them again), and nothing else of the user's folder."""
+    import shutil
+
+    home = root / "calib-home"
+    zoo = user_home / "zoo"
+    for model in sorted(zoo.iterdir()) if zoo.is_dir() else ():
+        onnx_file = model / f"{model.name}.onnx"
+        if model.is_dir() and onnx_file.is_file():
+            (home / "zoo" / model.name).mkdir(parents=True, exist_ok=True)
+            for f in model.iterdir():
+                if f.is_file():
+                    shutil.copy2(f, home / "zoo" / model.name / f.name)
+    home.mkdir(parents=True, exist_ok=True)
+    return home
+
+
+@pytest.fixture(scope="session", autouse=True)
+def calib_home(tmp_path_factory):
+    """CALIB_HOME points at a session folder: zoo downloads, timing caches and golden photos written by the
+    tests stay out of the user's cache (subprocesses inherit it)."""
+    before = os.environ.get("CALIB_HOME")
+    home = isolated_home(tmp_path_factory.mktemp("home"))
+    os.environ["CALIB_HOME"] = str(home)
+    yield home
+    if before is None:
+        os.environ.pop("CALIB_HOME", None)
+    else:
+        os.environ["CALIB_HOME"] = before
 
 
 def _save(model, path: Path) -> Path:
@@ -77,8 +111,10 @@ def _photos_224() -> Path:
     p = GOLDEN / "mobilenet_v2" / "photos_224.npy"
     if p.is_file():
         return p
-    cache = Path(os.environ.get("CALIB_HOME", Path.home() / ".cache" / "calib")) / "golden"
-    q = cache / "photos_224.npy"
+    q = USER_HOME / "golden" / "photos_224.npy"  # rebuilt by an earlier session or the benchmark: reused
+    if not q.is_file():
+        cache = Path(os.environ.get("CALIB_HOME", USER_HOME)) / "golden"
+        q = cache / "photos_224.npy"
     if not q.is_file():
         pytest.importorskip("skimage")
         cache.mkdir(parents=True, exist_ok=True)

@@ -53,3 +53,15 @@ def test_backends_only_run_build_and_calibrate():
                 [a.name for a in node.names] if isinstance(node, ast.Import) else []
             bad += [f"{path.name}: {n}" for n in names if n.startswith(ABOVE_BACKENDS)]
     assert not bad, bad
+
+
+def test_calibrate_loads_no_report_or_metric_libraries(tiny_model, tiny_data, tmp_path):
+    """Start-up of `calib calibrate`: matplotlib (reports) and pycocotools (mAP) stay unloaded."""
+    code = ("import sys\nfrom calib.cli import main\n"
+            f"try:\n    main(['-q', 'calibrate', {str(tiny_model)!r}, '--data', {str(tiny_data)!r}, '-o', "
+            f"{str(tmp_path / 'out')!r}], standalone_mode=False)\nexcept SystemExit as e:\n    assert not e.code\n"
+            "bad = [m for m in sys.modules if m.split('.')[0] in ('matplotlib', 'pycocotools', 'torch')]\n"
+            "assert not bad, bad\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "out" / "mse.cache").is_file()

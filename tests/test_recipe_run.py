@@ -91,3 +91,46 @@ def test_not_a_mapping(tmp_path):
     p.write_text("- a\n- b\n")
     with pytest.raises(RecipeError, match="a recipe is a mapping"):
         load_recipe(p)
+
+
+def _broken_calibration_recipe(tmp_path, tiny_model, extra: str):
+    """A recipe whose calibration pass would fail (images of the wrong size for the model): an error reported
+    instead of that one was found before the pass."""
+    _images(tmp_path / "imgs")
+    p = tmp_path / "late.yaml"
+    p.write_text(f"""
+name: late
+model: {tiny_model.name}
+calibration_data: {{kind: folder, path: imgs}}
+preprocess: {{resize: [9, 9], mode: exact}}
+{extra}
+output: out
+""")
+    return p
+
+
+def test_bad_evaluation_offset_is_reported_before_the_pass(tmp_path, tiny_model):
+    p = _broken_calibration_recipe(tmp_path, tiny_model, "evaluation_data: {kind: folder, path: imgs, offset: 6}")
+    for cmd in ("run", "sensitivity"):
+        r = CliRunner().invoke(main, ["--quiet", cmd, str(p)])
+        assert r.exit_code == 2 and "offset 6 skips all 6 samples" in r.output, (cmd, r.output)
+    r = CliRunner().invoke(main, ["run", str(p), "--quiet", "--set", "evaluation_data.offset=2"])
+    assert r.exit_code == 2 and "has shape [6, 3, 9, 9]" in r.output  # the pass itself is reached
+
+
+def test_missing_tensorrt_is_reported_before_the_pass(tmp_path, tiny_model):
+    import importlib.util
+
+    if importlib.util.find_spec("tensorrt") is not None:
+        pytest.skip("tensorrt is installed here")
+    p = _broken_calibration_recipe(tmp_path, tiny_model, "backend: {kind: tensorrt}")
+    for cmd in ("run", "sensitivity"):
+        r = CliRunner().invoke(main, ["--quiet", cmd, str(p)])
+        assert r.exit_code == 2 and "tensorrt is not installed: pip install" in r.output, (cmd, r.output)
+
+
+def test_a_task_the_model_does_not_fit_is_reported_before_the_pass(tmp_path, tiny_model):
+    p = _broken_calibration_recipe(tmp_path, tiny_model, "evaluation: {task: detection}")
+    r = CliRunner().invoke(main, ["--quiet", "run", str(p)])
+    assert r.exit_code == 2 and "evaluation.task detection needs outputs boxes" in r.output, r.output
+    assert "use evaluation.task classification" in r.output

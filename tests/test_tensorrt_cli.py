@@ -91,7 +91,7 @@ def test_without_tensorrt_build_names_the_extra(tmp_path):
     r = calib_cli("build", CNN, "--precision", "fp16", "-o", tmp_path / "x.engine", standin=False)
     if r.returncode == 0:
         pytest.skip("tensorrt is installed here")
-    assert r.returncode == 2 and "pip install 'calib[trt]'" in r.stderr and "Traceback" not in r.stderr
+    assert r.returncode == 2 and "pip install 'tensorrt>=8.6' 'cuda-python>=12'" in r.stderr and "Traceback" not in r.stderr
 
 
 def test_run_recipe_with_tensorrt_backend(tmp_path):

@@ -234,5 +234,5 @@ def test_missing_tensorrt_is_one_line_naming_the_extra():
 
     if importlib.util.find_spec("tensorrt") is not None:
         pytest.skip("tensorrt is installed here")
-    with pytest.raises(CalibError, match=r"pip install 'calib\[trt\]'"):
+    with pytest.raises(CalibError, match=r"pip install 'tensorrt>=8.6' 'cuda-python>=12' \(the \[trt\] extra of calib-trt"):
         compat.load()

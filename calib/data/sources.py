@@ -63,7 +63,7 @@ class TorchvisionSource(ImageSource):
             self.dataset = cls(**kwargs)
         except (RuntimeError, OSError, TypeError) as exc:
             raise DataError(f"{spec.path}: torchvision {spec.name} cannot be opened ({exc})") from None
-        idx = subset(list(range(len(self.dataset))), spec.limit, spec.seed, spec.offset)
+        idx = picked(spec, list(range(len(self.dataset))))
         samples = [Sample(path=None, image_id=i) for i in idx]
         super().__init__(samples, pre, input_name, batch_size, spec.max_bad, label=f"torchvision:{spec.name}")
 
@@ -73,6 +73,16 @@ class TorchvisionSource(ImageSource):
         img, target = self.dataset[s.image_id]
         object.__setattr__(s, "label", int(target) if isinstance(target, int) else None)
         return as_array(self.pre(img.convert("RGB") if hasattr(img, "convert") else img))
+
+
+def picked(spec: DataSpec, samples: list) -> list:
+    """The seeded subset of `samples` that `spec` asks for; an offset past the end is an error naming it."""
+    if spec.offset < 0 or (spec.limit is not None and spec.limit < 1):
+        raise DataError(f"{spec.path}: offset must be >= 0 and limit >= 1 (got offset {spec.offset}, "
+                        f"limit {spec.limit})")
+    if spec.offset >= len(samples):
+        raise DataError(f"{spec.path}: offset {spec.offset} skips all {len(samples)} samples")
+    return subset(samples, spec.limit, spec.seed, spec.offset)
 
 
 def _local(path: str) -> str:
@@ -102,7 +112,7 @@ def image_samples(spec: DataSpec) -> list[Sample]:
         samples = yolo_samples(path)
     else:
         raise DataError(f"unknown data kind '{spec.kind}'")
-    samples = subset(samples, spec.limit, spec.seed, spec.offset)
+    samples = picked(spec, samples)
     for extra in spec.include:
         more, _ = folder_samples(_local(extra))
         samples += more
@@ -120,7 +130,7 @@ def make_source(spec: DataSpec, pre_spec: PreprocessSpec, input_name: str, batch
         arr = load_array(spec.path, spec.key)
         if arr.shape[0] == 0:
             raise DataError(f"{spec.path}: no samples")
-        idx = subset(list(range(arr.shape[0])), spec.limit, spec.seed, spec.offset)
+        idx = picked(spec, list(range(arr.shape[0])))
         return ArrayImageSource(arr, pre, input_name, batch_size, idx, label)
     if spec.kind == "torchvision":
         return TorchvisionSource(spec, pre, input_name, batch_size)

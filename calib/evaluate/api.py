@@ -12,6 +12,7 @@ from calib.evaluate import confidence
 from calib.evaluate.detect import DetectionTally
 from calib.evaluate.layerwise import Comparison, Simulator
 from calib.evaluate.metrics import Classification
+from calib.evaluate.tasks import check_task
 from calib.model import inspect_model
 from calib.progress import bar
 from calib.recipe import DetectionSpec
@@ -40,6 +41,7 @@ def evaluate(model, caches: dict, source, task: str = "outputs", detection: Dete
              exclude: dict | None = None, layerwise: bool = True, engines: dict | None = None) -> dict:
     """Compare FP32 with INT8 simulations, one per entry of `caches` (name -> cache path or {tensor: amax}), and
     with `engines` (name -> a runner of the same model, e.g. a TensorRT engine; compared on the outputs)."""
+    check_task(model, task, detection.format if task == "detection" else None)
     info = inspect_model(model)
     configs = _configs(caches)
     engines = dict(engines or {})
@@ -56,11 +58,11 @@ def evaluate(model, caches: dict, source, task: str = "outputs", detection: Dete
     total = len(source) if hasattr(source, "__len__") else None
     with bar("evaluate", total=total) as pbar:
         for batch, samples, meta in _batches(source):
-            ref, tests = sim.run(batch)
+            ref, tests = sim.compare(batch, comps, keep_reference=bool(perturbed))
             for name, runner in engines.items():
                 tests[name] = runner.run(batch, None if name in perturbed else list(info.outputs))
+                comps[name].update(ref, tests[name])
             for name, test in tests.items():
-                comps[name].update(ref, test)
                 if task == "classification":
                     out = info.outputs[0]
                     cls[name].update(ref[out], test[out], [getattr(s, "label", None) for s in samples])

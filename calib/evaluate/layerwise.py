@@ -40,27 +40,58 @@ class Comparison:
 
 
 class Simulator:
-    """The FP32 model and one Q/DQ model per configuration, all exposing the same tensors."""
+    """The FP32 model and one Q/DQ model per configuration, all exposing the same tensors.
+
+    Memory stays bounded: the sessions share one ONNX Runtime arena (they run one at a time), and `compare` runs
+    the exposed models `micro_batch` samples at a time, one configuration after the other, folding each one's
+    tensors into its Comparison before the next runs; only the graph outputs are kept for the task metrics."""
 
     def __init__(self, model_path, info: ModelInfo, configs: dict, exclude: dict | None = None,
-                 layerwise: bool = True):
+                 layerwise: bool = True, micro_batch: int = 2):
         self.info = info
+        self.micro_batch = max(1, micro_batch)
         proto = onnx.load(str(model_path))
         expose = list(info.activations) if layerwise else []
         self.outputs = list(info.outputs)
         self.names = list(dict.fromkeys(self.outputs + expose))
-        self.ref = OrtRunner(model_path, expose=expose)
+        self.ref = OrtRunner(proto, expose=expose, spin=False, lean=True, label=str(model_path))
         self.tests = {}
-        self.qdq_models = {}
         exclude = exclude or {}
         for name, amax in configs.items():
             q = insert_qdq(proto, amax, exclude.get(name, Exclusions()))
             log.info("%s: %d Q/DQ pairs", name, count_qdq(q))
-            self.qdq_models[name] = q
-            self.tests[name] = OrtRunner(q, expose=expose)
+            self.tests[name] = OrtRunner(q, expose=expose, spin=False, lean=True, label=f"{model_path} ({name})")
+            del q
+        del proto
         avail = set(self.ref.tensor_names())
         self.names = [n for n in self.names if n in avail]
 
     def run(self, batch: dict) -> tuple[dict, dict]:
+        """Every exposed tensor of FP32 and of each configuration on `batch`, all at once (small batches only:
+        `compare` is the bounded way)."""
         ref = self.ref.run(batch, self.names)
         return ref, {name: r.run(batch, self.names) for name, r in self.tests.items()}
+
+    def compare(self, batch: dict, comps: dict, keep_reference: bool = False) -> tuple[dict, dict]:
+        """Fold `batch` into `comps` (name -> Comparison); returns the graph outputs of FP32 and of each
+        configuration on the whole batch (with keep_reference, FP32's every exposed tensor as well)."""
+        n = int(next(iter(batch.values())).shape[0])
+        step = n if len(self.names) == len(self.outputs) or keep_reference else self.micro_batch
+        ref_parts, test_parts = [], {name: [] for name in self.tests}
+        for lo in range(0, n, step):
+            part = {k: v[lo:lo + step] for k, v in batch.items()}
+            ref = self.ref.run(part, self.names)
+            for name, runner in self.tests.items():
+                test = runner.run(part, self.names)
+                comps[name].update(ref, test)
+                test_parts[name].append({o: test[o] for o in self.outputs if o in test})
+                del test
+            ref_parts.append(ref if keep_reference else {o: ref[o] for o in self.outputs if o in ref})
+            del ref
+        return _joined(ref_parts), {name: _joined(p) for name, p in test_parts.items()}
+
+
+def _joined(parts: list[dict]) -> dict:
+    if len(parts) == 1:
+        return parts[0]
+    return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
