@@ -57,12 +57,31 @@ def build_engine_file(model, out, spec: BuildSpec, cache=None, calibrator: str |
     return {**built.info, **extra}
 
 
+def check_engine_sidecar(engine) -> None:
+    """An engine and its <engine>.json must come from the same build (the sidecar records the engine's sha256)."""
+    import json
+
+    from calib.io import sha256_file
+
+    side = Path(str(engine) + ".json")
+    if not side.is_file() or not Path(engine).is_file():
+        return
+    try:
+        want = json.loads(side.read_text()).get("engine_sha256")
+    except (OSError, ValueError, AttributeError):
+        raise CalibError(f"{side}: not a readable engine sidecar") from None
+    if want and want != sha256_file(engine):
+        raise CalibError(f"{side}: describes another build than {Path(engine).name} (engine sha256 differs): "
+                         "rebuild, or remove the stale sidecar")
+
+
 def bench_engine_file(engine, batch_size: int | None = None, warmup: int = 50, iters: int = 50, repeats: int = 15,
                       trt=None, cuda=None, layers: bool = False) -> dict:
     """Latency of an engine file on random inputs (median over repeats of back-to-back runs); with `layers`, also
     the per-layer profile (calib.runners.tensorrt.profile) under "profile"."""
     from calib.runners.tensorrt.runner import TrtRunner
 
+    check_engine_sidecar(engine)
     r = TrtRunner(engine, trt, cuda)
     try:
         rng = np.random.default_rng(0)

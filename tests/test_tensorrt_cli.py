@@ -53,6 +53,12 @@ def test_build_from_a_calib_cache_then_bench(tmp_path):
     r = calib_cli("bench", eng, "--iters", "5", "--repeats", "2", "--layers", "--top", "3")
     assert r.returncode == 0, r.stderr
     assert "| engine layer | precision | ms | share | tactic |" in r.stdout and names[-1] in r.stdout
+    side_path = tmp_path / "cnn.mse.engine.json"  # an engine and a sidecar of another build: named, not used
+    doc = json.loads(side_path.read_text())
+    assert len(doc["engine_sha256"]) == 64
+    side_path.write_text(json.dumps({**doc, "engine_sha256": "0" * 64}))
+    r = calib_cli("bench", eng, "--json")
+    assert r.returncode != 0 and "describes another build" in r.stderr and "Traceback" not in r.stderr
 
 
 def test_build_with_tensorrt_calibrator_writes_its_cache(tmp_path):

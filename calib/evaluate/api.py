@@ -6,7 +6,6 @@ import time
 from pathlib import Path
 
 
-from calib.cache import read_cache
 from calib.errors import DataError
 from calib.evaluate import confidence
 from calib.evaluate.detect import DetectionTally
@@ -20,11 +19,17 @@ from calib.recipe import DetectionSpec
 log = logging.getLogger(__name__)
 
 
-def _configs(caches) -> dict:
-    """name -> {tensor: amax} from cache paths or already-made dicts."""
+def _configs(caches, info, checks=None) -> dict:
+    """name -> {tensor: amax} from cache paths (checked as every reader checks them: sidecar, model, coverage;
+    `checks` a calib.cachecheck.CacheChecks for deliberate exceptions) or already-made dicts."""
     out = {}
     for name, c in caches.items():
-        out[name] = read_cache(c).amaxes() if isinstance(c, (str, Path)) else dict(c)
+        if isinstance(c, (str, Path)):
+            from calib.cachecheck import CacheChecks, load_checked
+
+            out[name] = load_checked(c, info, checks or CacheChecks())[0].amaxes()
+        else:
+            out[name] = dict(c)
     return out
 
 
@@ -38,12 +43,14 @@ def _batches(source):
 
 
 def evaluate(model, caches: dict, source, task: str = "outputs", detection: DetectionSpec = DetectionSpec(),
-             exclude: dict | None = None, layerwise: bool = True, engines: dict | None = None) -> dict:
+             exclude: dict | None = None, layerwise: bool = True, engines: dict | None = None,
+             checks=None) -> dict:
     """Compare FP32 with INT8 simulations, one per entry of `caches` (name -> cache path or {tensor: amax}), and
-    with `engines` (name -> a runner of the same model, e.g. a TensorRT engine; compared on the outputs)."""
+    with `engines` (name -> a runner of the same model, e.g. a TensorRT engine; compared on the outputs).
+    Cache paths are checked like the CLI's (`checks`: a calib.cachecheck.CacheChecks for its override flags)."""
     check_task(model, task, detection.format if task == "detection" else None)
     info = inspect_model(model)
-    configs = _configs(caches)
+    configs = _configs(caches, info, checks)
     engines = dict(engines or {})
     clash = set(engines) & set(configs)
     if clash:

@@ -167,3 +167,22 @@ def test_cache_diff_checks_the_sidecars_too(made):
     (made / "a" / "minmax.json").write_text(json.dumps(side))
     one_line_failure(invoke("cache", "diff", a, a), "minmax.json", "disagrees", "--ignore-sidecar")
     assert invoke("cache", "diff", a, a, "--ignore-sidecar").exit_code == 0
+
+
+def test_python_api_checks_cache_paths_like_the_cli(made):
+    """calib.evaluate(model, {name: path}, ...) refuses a cache whose sidecar is another run's, as the CLI does."""
+    from calib.cachecheck import CacheChecks
+    from calib.data.arrays import ArraySource
+    from calib.errors import CacheError
+    from calib.evaluate.api import evaluate
+
+    x = np.load(made / "a.npy")
+    src = ArraySource(x, "input", 3)
+    ok = evaluate(made / "m.onnx", {"a": made / "a" / "minmax.cache"}, src, layerwise=False)
+    assert "a" in ok["configs"]
+    shutil.copy(made / "b" / "minmax.json", made / "a" / "minmax.json")
+    with pytest.raises(CacheError, match="disagrees"):
+        evaluate(made / "m.onnx", {"a": made / "a" / "minmax.cache"}, src, layerwise=False)
+    r = evaluate(made / "m.onnx", {"a": made / "a" / "minmax.cache"}, src, layerwise=False,
+                 checks=CacheChecks(ignore_sidecar=True))
+    assert "a" in r["configs"]

@@ -348,7 +348,10 @@ def write_engine(path, built: Built, extra: dict | None = None) -> Path:
     path = Path(path)
     if path.is_symlink() or path.is_dir():
         raise CalibError(f"{path}: engine output must be a file path, not a folder or a link")
-    info = {**built.info, **(extra or {}), "engine_bytes": len(built.plan)}
+    import hashlib
+
+    info = {**built.info, **(extra or {}), "engine_bytes": len(built.plan),
+            "engine_sha256": hashlib.sha256(built.plan).hexdigest()}  # a pair cut between its two writes shows
     atomic_write_bytes(path, built.plan)
     atomic_write_json(path.with_suffix(path.suffix + ".json"), info)
     return path
