@@ -70,3 +70,19 @@ def test_report_first_screen(tmp_path, tiny_model, tiny_data, layerwise):
             assert cell.replace("%", "%") in page.replace("&#x27;", "'")
     assert ("## Worst layers" in md) == layerwise and ("Per-layer SQNR" in page) == layerwise
     assert "<table><tr></tr></table>" not in page and not re.search(r"## [^\n]+\n\n## ", md)  # no empty sections
+
+
+def test_deploy_paths_are_shown_as_a_user_types_them(tmp_path, monkeypatch):
+    from pathlib import Path
+
+    from calib.evaluate.report_doc import deploy_commands, shown_path
+
+    monkeypatch.chdir(tmp_path)
+    assert shown_path(tmp_path / "recipes" / ".." / "runs" / "yolo" / "mse.cache") == "runs/yolo/mse.cache"
+    home_file = Path.home() / ".cache" / "calib" / "zoo" / "m.onnx"
+    assert shown_path(home_file) == "~/.cache/calib/zoo/m.onnx"
+    report = {"out_dir": str(tmp_path / "runs" / "x"), "model_file": str(home_file),
+              "caches": {"mse": str(tmp_path / "runs" / "x" / "mse.cache")}, "qdq_model": "m.mse.qdq.onnx"}
+    text = deploy_commands(report, "mse")
+    assert "trtexec --onnx=~/.cache/calib/zoo/m.onnx --int8 --fp16 --calib=runs/x/mse.cache" in text
+    assert "trtexec --onnx=runs/x/m.mse.qdq.onnx" in text

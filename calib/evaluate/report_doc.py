@@ -75,20 +75,41 @@ def ship_sentence(s: dict, caches: dict) -> list[tuple]:
     return [("p", f"**Ship {cache}** ({ship}): {reason}.")]
 
 
+def shown_path(path) -> str:
+    """A path as a user would type it: relative to the working folder when inside it, else with ~ for home."""
+    import os
+
+    p = Path(os.path.abspath(str(path)))  # normalises recipes/../runs without resolving links
+    try:
+        return str(p.relative_to(Path.cwd()))
+    except ValueError:
+        pass
+    home = Path.home()
+    try:
+        return str(Path("~") / p.relative_to(home))
+    except ValueError:
+        return str(p)
+
+
+def _q(path: str) -> str:
+    """Shell-quoted, leaving a leading ~/ unquoted so that the shell still expands it."""
+    return "~/" + shlex.quote(path[2:]) if path.startswith("~/") else shlex.quote(path)
+
+
 def deploy_commands(report: dict, ship: str) -> str:
-    out = report.get("out_dir", ".")
-    cache = report.get("caches", {}).get(ship, f"{out}/{ship}.cache")
-    model = report.get("model_file") or report.get("model")
+    out = shown_path(report.get("out_dir", "."))
+    cache = shown_path(report.get("caches", {}).get(ship, f"{out}/{ship}.cache"))
+    model = shown_path(report.get("model_file") or report.get("model"))
     lines = ["# TensorRT with the calibration cache (implicit INT8, TensorRT 8.x to 10.x)",
-             f"trtexec --onnx={shlex.quote(str(model))} --int8 --fp16 --calib={shlex.quote(str(cache))}"
+             f"trtexec --onnx={_q(model)} --int8 --fp16 --calib={_q(cache)}"
              f" --saveEngine=model.int8.engine",
              "# the same build through calib, on a machine with TensorRT",
-             f"calib build {shlex.quote(str(model))} --cache {shlex.quote(str(cache))} --precision int8,fp16 "
+             f"calib build {_q(model)} --cache {_q(cache)} --precision int8,fp16 "
              f"-o model.int8.engine"]
     if report.get("qdq_model"):
         q = f"{out}/{report['qdq_model']}"
         lines += ["# explicit quantization (the path forward: TensorRT 10.1 deprecated implicit INT8)",
-                  f"trtexec --onnx={shlex.quote(q)} --int8 --fp16 --saveEngine=model.qdq.engine"]
+                  f"trtexec --onnx={_q(q)} --int8 --fp16 --saveEngine=model.qdq.engine"]
     return "\n".join(lines)
 
 
