@@ -208,17 +208,40 @@ def compute_all(stats: HistogramCollector, tensors, algorithms, params: dict | N
     return amax, used, secs
 
 
+def api_source(data, info: ModelInfo, batch_size: int, preprocess: str = "none"):
+    """A Source from what the Python API takes: a Source as it is; an ndarray for a one-input model; a dict of
+    arrays (model input -> array); a .npy/.npz path (an .npz: one array per input, named like it)."""
+    from calib.data.arrays import ArraySource, InputsSource, load_inputs
+
+    names = [n for n, _, _ in info.inputs]
+    label = str(data) if isinstance(data, (str, Path)) else "calibration data"
+    if isinstance(data, (str, Path)):
+        data = load_inputs(data, names)
+        if len(data) == 1:
+            data = data[names[0]]
+    if isinstance(data, np.ndarray):
+        if len(names) > 1:
+            raise DataError(f"{label}: one array for a model of {len(names)} inputs {names}: give a dict or an "
+                            ".npz of one array per input")
+        return ArraySource(data, names[0], batch_size, preprocess, label=label)
+    if isinstance(data, dict):
+        if preprocess != "none":
+            raise DataError(f"{label}: preprocess '{preprocess}' applies to one image input; several arrays are "
+                            "fed as they are")
+        return InputsSource({k: np.asarray(v) for k, v in data.items()}, batch_size, label=label)
+    return data
+
+
 def calibrate(model: str | Path, data, algorithms=ALL_ALGORITHMS, params: dict | None = None,
               batch_size: int = 8, preprocess: str = "none", out: str | Path | None = None,
               trt_version: str = "8600", carrier: str = cachefmt.DEFAULT_CARRIER,
               micro_batch: int = 8, skip_nonfinite: bool = False, equalize: bool = False) -> CalibrationResult:
-    """Calibrate `model` on `data` (a Source, an ndarray, or a .npy/.npz path) with every algorithm.
+    """Calibrate `model` on `data` (a Source, an ndarray, a dict of arrays per input, or a .npy/.npz path) with
+    every algorithm.
 
     Returns a CalibrationResult; with `out`, also writes <algo>.cache and <algo>.json there, published as a whole
     (calib.publish: the previous contents stay until every file is written). With `equalize`, cross-layer
     equalization first: the caches are then for OUT/<model>.equalized.onnx (written too; needs `out`)."""
-    from calib.data.arrays import ArraySource, load_array
-
     algorithms = [algorithms] if isinstance(algorithms, str) else list(algorithms)
     if not algorithms:
         raise CalibError("no calibration algorithm given")
@@ -229,12 +252,8 @@ def calibrate(model: str | Path, data, algorithms=ALL_ALGORITHMS, params: dict |
     if equalize and out is None:
         raise CalibError("equalize writes the equalized model: give an output folder")
     info = inspect_model(model)
-    label = getattr(data, "label", "calibration data")
-    if isinstance(data, (str, Path)):
-        label = str(data)
-        data = load_array(data)
-    if isinstance(data, np.ndarray):
-        data = ArraySource(data, info.inputs[0][0], batch_size, preprocess, label=label)
+    label = str(data) if isinstance(data, (str, Path)) else getattr(data, "label", "calibration data")
+    data = api_source(data, info, batch_size, preprocess)
 
     def run(stage: Path | None) -> CalibrationResult:
         nonlocal model, info

@@ -175,9 +175,28 @@ def data_kind(path: Path) -> str:
     raise DataError(f"{path}: expected a .npy/.npz array, an image folder, a YOLO folder or a COCO .json")
 
 
+def _inputs_source(args: DataArgs, arrays: dict, images_only: list, batch_size: int):
+    """An .npz of one array per model input, fed as they are (with --limit/--offset)."""
+    from calib.data.arrays import InputsSource
+    from calib.data.sources import picked
+    from calib.recipe import DataSpec
+
+    flags = images_only + (["--preprocess"] if (args.preprocess or "none") != "none" else []) + \
+        (["--layout"] if args.layout else [])
+    if flags:
+        raise DataError(f"{args.data}: {', '.join(flags)} apply to one image input; the arrays of a model of "
+                        f"{len(arrays)} inputs are fed as they are")
+    n = next(iter(arrays.values())).shape[0]
+    if n == 0:
+        raise DataError(f"{args.data}: no samples")
+    idx = picked(DataSpec(kind="npz", path=args.data, limit=args.limit, offset=args.offset), list(range(n)))
+    return InputsSource(arrays, batch_size, idx, label=args.data)
+
+
 def make_cli_source(args: DataArgs, info, batch_size: int, input_index: int = 0):
-    """A Source over --data for the model input `input_index` of `info` (a ModelInfo)."""
-    from calib.data.arrays import ArraySource, load_array
+    """A Source over --data for `info` (a ModelInfo): an .npz feeds each model input the array of its name;
+    other data feeds the input `input_index`."""
+    from calib.data.arrays import ArraySource, load_inputs
     from calib.data.sources import ArrayImageSource, make_source, picked
     from calib.data.transforms import Preprocessor
     from calib.recipe import DataSpec
@@ -189,7 +208,10 @@ def make_cli_source(args: DataArgs, info, batch_size: int, input_index: int = 0)
         raise click.BadParameter("only with a COCO json as --data", param_hint="--images")
     images_only = [o for o in args.image_options() if o != "--images" or kind != "coco"]
     if kind in ("npy", "npz"):
-        arr = load_array(path)
+        arrays = load_inputs(path, [n for n, _, _ in info.inputs])
+        if len(arrays) > 1:
+            return _inputs_source(args, arrays, images_only, batch_size)
+        arr = arrays[name]
         if args.limit or args.offset:
             arr = arr[picked(DataSpec(kind=kind, path=str(path), limit=args.limit, offset=args.offset),
                              list(range(arr.shape[0])))]

@@ -82,17 +82,17 @@ def _run(recipe: Recipe, stage: Path, final: Path | None = None) -> None:
     info = inspect_model(model_path)
     log.info("calib %s, recipe %s, model %s (%d tensors to calibrate)", calib.__version__, recipe.source,
              model_path, len(info.activations))
-    input_name = info.inputs[0][0]
+    inputs = info.inputs  # the sources feed every model input, by name
     c = recipe.calibration
     check_backend(recipe, model_path)
     task = recipe.evaluation.task
     check_task(model_path, task, recipe.evaluation.detection.format if task == "detection" else None,
                "evaluation.task", f"{recipe.source}: model {model_path}")
-    csrc = make_source(recipe.calibration_data, recipe.preprocess, input_name, c.batch_size)
+    csrc = make_source(recipe.calibration_data, recipe.preprocess, inputs, c.batch_size)
     espec = recipe.evaluation_data or recipe.calibration_data
     trt_backend = recipe.backend.kind == "tensorrt"
     ebatch = recipe.backend.batch_size if trt_backend else recipe.evaluation.batch_size  # engines take their batch
-    esrc = make_source(espec, recipe.preprocess, input_name, ebatch)  # a bad offset or path: before the pass
+    esrc = make_source(espec, recipe.preprocess, inputs, ebatch)  # a bad offset or path: before the pass
     equalized = None
     if c.equalize:
         model_path, info, equalized = equalize_model(model_path, csrc, stage)
@@ -116,7 +116,7 @@ def _run(recipe: Recipe, stage: Path, final: Path | None = None) -> None:
     if trt_backend:
         from calib import engine_jobs as trt_engines
 
-        csrc_trt = make_source(recipe.calibration_data, recipe.preprocess, input_name, recipe.backend.batch_size)
+        csrc_trt = make_source(recipe.calibration_data, recipe.preprocess, inputs, recipe.backend.batch_size)
         es = trt_engines.build_engines(recipe, model_path, info, amax, csrc_trt, stage)
         engines = es.runners
         for name, (algo, excl) in es.predict.items():
@@ -126,7 +126,7 @@ def _run(recipe: Recipe, stage: Path, final: Path | None = None) -> None:
         result = evaluate(model_path, configs, esrc, recipe.evaluation.task, recipe.evaluation.detection,
                           exclude=exclude, engines=engines)
         if es is not None:
-            trt_engines.time_engines(es, make_source(espec, recipe.preprocess, input_name, recipe.backend.batch_size),
+            trt_engines.time_engines(es, make_source(espec, recipe.preprocess, inputs, recipe.backend.batch_size),
                                      recipe.backend.batch_size)
             engine_file = trt_engines.write_best(es, result, stage, Path(model_path).stem)
             files += [engine_file, f"{engine_file}.json"] if engine_file else []

@@ -31,10 +31,13 @@ PIL_MAX_PIXELS = 89_478_485  # Pillow's Image.MAX_IMAGE_PIXELS
 
 @dataclass(frozen=True)
 class DataSpec:
-    kind: str = field(metadata={"choices": ("folder", "coco", "yolo", "npy", "npz", "torchvision")})
+    kind: str = field(metadata={"choices": ("folder", "coco", "yolo", "npy", "npz", "torchvision", "text")})
     path: str = field(default="", metadata=PATH)
     annotations: str | None = field(default=None, metadata=PATH)  # COCO json
     key: str | None = None  # array name inside an .npz
+    inputs: dict[str, str] = field(default_factory=dict)  # model input -> npz array (or text field) feeding it
+    tokenizer: str | None = field(default=None, metadata=PATH)  # text: a Hugging Face tokenizer.json
+    max_length: int | None = field(default=None, metadata=POSITIVE)  # text: tokens per sample (pad/truncate)
     limit: int | None = field(default=None, metadata=POSITIVE)  # seeded random subset of this size
     seed: int = field(default=0, metadata=NON_NEGATIVE)
     offset: int = field(default=0, metadata=NON_NEGATIVE)  # skip this many samples (after shuffling)
@@ -175,6 +178,12 @@ def _convert(value, tp, key: str, ctx: _Ctx, meta):
         items = value if isinstance(value, list) else [value]
         return tuple(_convert(v, inner, f"{key}[{i}]", ctx, meta if meta.get("path") else {})
                      for i, v in enumerate(items))
+    if origin is dict:
+        if not isinstance(value, dict):
+            ctx.fail(key, f"expected a mapping, got {value!r}")
+        kt, vt = typing.get_args(tp)
+        return {_convert(k, kt, key, ctx, {}): _convert(v, vt, f"{key}.{k}", ctx, {})
+                for k, v in value.items()}
     if tp is bool:
         if not isinstance(value, bool):
             ctx.fail(key, f"expected true or false, got {value!r}")

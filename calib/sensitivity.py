@@ -166,9 +166,8 @@ def _sensitivity(recipe: Recipe, stage: Path, out: Path) -> None:
     model_path = resolve(recipe.model)
     check_backend(recipe, model_path)
     info = inspect_model(model_path)
-    name = info.inputs[0][0]
-    csrc = make_source(recipe.calibration_data, recipe.preprocess, name, recipe.calibration.batch_size)
-    esrc = make_source(recipe.evaluation_data or recipe.calibration_data, recipe.preprocess, name,
+    csrc = make_source(recipe.calibration_data, recipe.preprocess, info.inputs, recipe.calibration.batch_size)
+    esrc = make_source(recipe.evaluation_data or recipe.calibration_data, recipe.preprocess, info.inputs,
                        recipe.evaluation.batch_size)  # a bad offset or path: before the pass
     equalized = None
     if recipe.calibration.equalize:

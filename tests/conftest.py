@@ -79,6 +79,67 @@ def conv_relu_gap(path: Path, seed: int = 0) -> Path:
     return _save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), path)
 
 
+def tiny_transformer(path: Path, token_types: bool = False, vocab: int = 32, dim: int = 8, seed: int = 0) -> Path:
+    """One attention layer: input_ids [N,S] int64 -> Gather(embedding) (+ Gather(token_type_ids)) -> Q, K, V
+    MatMuls -> MatMul(Q, K^T) -> Mul(1/sqrt(d)) -> Add(mask bias from attention_mask) -> Softmax -> MatMul(V) ->
+    MatMul(out) -> output `embedding` [N,S,dim]."""
+    rng = np.random.default_rng(seed)
+
+    def w(name, *shape):
+        return numpy_helper.from_array(rng.normal(0, 0.5, shape).astype(np.float32), name)
+
+    inits = [w("emb", vocab, dim), w("wq", dim, dim), w("wk", dim, dim), w("wv", dim, dim), w("wo", dim, dim),
+             numpy_helper.from_array(np.array(1.0 / np.sqrt(dim), np.float32), "inv_sqrt_d"),
+             numpy_helper.from_array(np.array(1.0, np.float32), "one"),
+             numpy_helper.from_array(np.array(-10000.0, np.float32), "neg"),
+             numpy_helper.from_array(np.array([1], np.int64), "axis1")]
+    nodes = [helper.make_node("Gather", ["emb", "input_ids"], ["tok"], name="embed")]
+    inputs = [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["N", "S"]),
+              helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["N", "S"])]
+    x = "tok"
+    if token_types:
+        inits.append(w("type_emb", 2, dim))
+        inputs.append(helper.make_tensor_value_info("token_type_ids", TensorProto.INT64, ["N", "S"]))
+        nodes += [helper.make_node("Gather", ["type_emb", "token_type_ids"], ["typ"], name="embed_type"),
+                  helper.make_node("Add", ["tok", "typ"], ["x"], name="embed_add")]
+        x = "x"
+    nodes += [
+        helper.make_node("MatMul", [x, "wq"], ["q"], name="q_proj"),
+        helper.make_node("MatMul", [x, "wk"], ["k"], name="k_proj"),
+        helper.make_node("MatMul", [x, "wv"], ["v"], name="v_proj"),
+        helper.make_node("Transpose", ["k"], ["kt"], name="k_t", perm=[0, 2, 1]),
+        helper.make_node("MatMul", ["q", "kt"], ["scores"], name="qk"),
+        helper.make_node("Mul", ["scores", "inv_sqrt_d"], ["scaled"], name="scale"),
+        helper.make_node("Cast", ["attention_mask"], ["maskf"], name="mask_cast", to=TensorProto.FLOAT),
+        helper.make_node("Sub", ["one", "maskf"], ["masked"], name="mask_sub"),
+        helper.make_node("Mul", ["masked", "neg"], ["bias2d"], name="mask_mul"),
+        helper.make_node("Unsqueeze", ["bias2d", "axis1"], ["bias"], name="mask_unsqueeze"),
+        helper.make_node("Add", ["scaled", "bias"], ["biased"], name="mask_add"),
+        helper.make_node("Softmax", ["biased"], ["probs"], name="softmax", axis=-1),
+        helper.make_node("MatMul", ["probs", "v"], ["ctx"], name="attn_v"),
+        helper.make_node("MatMul", ["ctx", "wo"], ["embedding"], name="out_proj"),
+    ]
+    graph = helper.make_graph(nodes, "tiny_transformer", inputs,
+                              [helper.make_tensor_value_info("embedding", TensorProto.FLOAT, ["N", "S", dim])],
+                              inits)
+    return _save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), path)
+
+
+def wordpiece_tokenizer(path: Path) -> Path:
+    """A tiny BERT-like WordPiece tokenizer.json made with the tokenizers library itself (no downloads)."""
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
+
+    words = ["the", "a", "cat", "dog", "sat", "on", "mat", "ran", "far", "##s", "##ed", "big", "small", "red"]
+    vocab = {t: i for i, t in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", *words])}
+    tok = Tokenizer(models.WordPiece(vocab, unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", 2), ("[SEP]", 3)])
+    tok.save(str(path))
+    return path
+
+
 def single_conv(path: Path, w: np.ndarray) -> Path:
     """input [N,C,H,W] -> Conv(w, no bias, no pad) -> output."""
     g = helper.make_graph([helper.make_node("Conv", ["input", "w"], ["out"], name="conv")], "one",

@@ -1,4 +1,4 @@
-"""Arrays from .npy / .npz files (or memory) as a Source of preprocessed batches."""
+"""Arrays from .npy / .npz files (or memory) as a Source of preprocessed batches, for one input or several."""
 from __future__ import annotations
 
 from collections.abc import Iterator
@@ -36,6 +36,60 @@ def load_array(path: str | Path, key: str | None = None) -> np.ndarray:
         raise
     except Exception as exc:
         raise DataError(f"{path}: not a readable numpy file ({exc})") from None
+
+
+def load_inputs(path: str | Path, inputs, mapping=None, key: str | None = None) -> dict[str, np.ndarray]:
+    """Model input -> array, for the model inputs named in `inputs`, from an .npz (or .npy for one input).
+
+    An input takes the array `mapping[input]`, else the array named like it; a model of one input also takes an
+    .npz's only array, or `key`. Every array has the same number of samples."""
+    path, inputs, mapping = Path(path), list(inputs), dict(mapping or {})
+    unknown = sorted(set(mapping) - set(inputs))
+    if unknown:
+        raise DataError(f"{path}: inputs: '{unknown[0]}' is not an input of the model (inputs: {inputs})")
+    if key is not None and mapping:
+        raise DataError(f"{path}: give the arrays either with 'key' or with 'inputs', not both")
+    if len(inputs) == 1 and not mapping:
+        return {inputs[0]: _single(path, inputs[0], key)}
+    if path.suffix != ".npz":
+        load_array(path)  # a missing or unreadable file says so first
+        raise DataError(f"{path}: one array for a model of {len(inputs)} inputs {inputs}: give an .npz holding one "
+                        "array per input, named like the input (or mapped with 'inputs')")
+    names = _npz_names(path)
+    out = {}
+    for name in inputs:
+        want = mapping.get(name, name)
+        if want not in names:
+            how = f"array '{want}'" if want != name else "an array of that name"
+            raise DataError(f"{path}: no data for model input '{name}': the file has no {how} (has {names}; "
+                            "map arrays to inputs with 'inputs')")
+        out[name] = load_array(path, want)
+    counts = {n: a.shape[0] if a.ndim else 0 for n, a in out.items()}
+    if len(set(counts.values())) > 1:
+        raise DataError(f"{path}: the inputs' arrays hold different numbers of samples ({counts})")
+    return out
+
+
+def _npz_names(path: Path) -> list[str]:
+    if not path.is_file():
+        load_array(path)  # says: not found, or a folder
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            return list(z.keys())
+    except Exception as exc:
+        raise DataError(f"{path}: not a readable numpy file ({exc})") from None
+
+
+def _single(path: Path, name: str, key: str | None) -> np.ndarray:
+    """The one array of a one-input model: `key`, an .npz's only array, or its array named like the input."""
+    if key is None and path.suffix == ".npz" and path.is_file():
+        names = _npz_names(path)
+        if len(names) > 1 and name in names:
+            key = name
+        elif len(names) > 1:
+            raise DataError(f"{path}: holds arrays {names} and none is named like the model input '{name}'; "
+                            "name one with key=")
+    return load_array(path, key)
 
 
 def preset_transform(x: np.ndarray, preset: str, channels_first: bool) -> np.ndarray:
@@ -83,3 +137,37 @@ class ArraySource:
         for i in range(0, self.n, self.batch_size):
             x = self.array[i:min(self.n, i + self.batch_size)]
             yield {self.input_name: preset_transform(x, self.preset, self.channels_first)}
+
+
+class InputsSource:
+    """Batches of several arrays (model input -> array, same number of samples), fed as they are: token ids
+    stay int64, masks int64, features float32."""
+
+    def __init__(self, arrays: dict, batch_size: int = 8, index=None, label: str = "<arrays>"):
+        if not arrays:
+            raise DataError(f"{label}: no arrays")
+        n = {name: a.shape[0] if a.ndim else 0 for name, a in arrays.items()}
+        if len(set(n.values())) > 1:
+            raise DataError(f"{label}: the inputs' arrays hold different numbers of samples ({n})")
+        if batch_size < 1:
+            raise DataError(f"batch size must be >= 1, got {batch_size}")
+        self.arrays = dict(arrays)
+        self.batch_size = batch_size
+        self.index = list(range(next(iter(n.values())))) if index is None else list(index)
+        if not self.index:
+            raise DataError(f"{label}: no samples")
+        self.label = label
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    def iter_with_meta(self):
+        """(batch, samples, meta) as the image sources give them; these samples carry no labels."""
+        for batch in self:
+            n = len(next(iter(batch.values())))
+            yield batch, [None] * n, [None] * n
+
+    def __iter__(self) -> Iterator[dict]:
+        for lo in range(0, len(self.index), self.batch_size):
+            idx = self.index[lo:lo + self.batch_size]
+            yield {name: np.array(a[idx], copy=True) for name, a in self.arrays.items()}

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import numpy as np
 from PIL import Image
 
-from calib.data.arrays import load_array
+from calib.data.arrays import InputsSource, load_inputs
 from calib.data.images import ImageSource, Sample, coco_samples, folder_samples, subset, yolo_samples
 from calib.data.labels import category_map, labels_from_names, map_classes
 from calib.data.transforms import Preprocessor
@@ -123,15 +123,41 @@ def image_samples(spec: DataSpec) -> list[Sample]:
     return samples
 
 
-def make_source(spec: DataSpec, pre_spec: PreprocessSpec, input_name: str, batch_size: int):
-    pre = Preprocessor(pre_spec)
+def _inputs(inputs) -> list[tuple]:
+    """The model inputs a source feeds: ModelInfo.inputs, or one input's name."""
+    return [(inputs, (), 1)] if isinstance(inputs, str) else list(inputs)
+
+
+def make_source(spec: DataSpec, pre_spec: PreprocessSpec, inputs, batch_size: int):
+    """The Source of `spec` for the model inputs `inputs` (ModelInfo.inputs, or one input's name)."""
+    inputs = _inputs(inputs)
+    names = [n for n, _, _ in inputs]
     label = spec.path
+    if spec.kind == "text":
+        return text_source(spec, inputs, batch_size)
     if spec.kind in ("npy", "npz"):
-        arr = load_array(spec.path, spec.key)
-        if arr.shape[0] == 0:
+        arrays = load_inputs(spec.path, names, spec.inputs, spec.key)
+        n = next(iter(arrays.values())).shape[0]
+        if n == 0:
             raise DataError(f"{spec.path}: no samples")
-        idx = picked(spec, list(range(arr.shape[0])))
-        return ArrayImageSource(arr, pre, input_name, batch_size, idx, label)
+        idx = picked(spec, list(range(n)))
+        if len(arrays) > 1:
+            return InputsSource(arrays, batch_size, idx, label)
+        return ArrayImageSource(arrays[names[0]], Preprocessor(pre_spec), names[0], batch_size, idx, label)
+    if len(names) > 1:
+        raise DataError(f"{spec.path}: {spec.kind} data feeds one input; the model takes {names} (give an .npz "
+                        "with one array per input, or text)")
     if spec.kind == "torchvision":
-        return TorchvisionSource(spec, pre, input_name, batch_size)
-    return ImageSource(image_samples(spec), pre, input_name, batch_size, spec.max_bad, label, spec.max_pixels)
+        return TorchvisionSource(spec, Preprocessor(pre_spec), names[0], batch_size)
+    return ImageSource(image_samples(spec), Preprocessor(pre_spec), names[0], batch_size, spec.max_bad, label,
+                       spec.max_pixels)
+
+
+def text_source(spec: DataSpec, inputs, batch_size: int):
+    """A TextSource over `spec` (kind text): its lines, tokenizer, max_length, inputs, limit/offset."""
+    from calib.data.text import TextSource, read_lines
+
+    if not spec.tokenizer:
+        raise DataError(f"{spec.path}: tokenizer: a text data source needs a tokenizer.json")
+    idx = picked(spec, list(range(len(read_lines(spec.path)))))
+    return TextSource(spec.path, spec.tokenizer, inputs, batch_size, spec.max_length, spec.inputs, idx)
