@@ -5,7 +5,7 @@ import sys
 
 import calib
 
-HEAVY = ("tensorrt", "cuda", "torch", "torchvision", "pycuda")
+HEAVY = ("tensorrt", "cuda", "torch", "torchvision", "pycuda", "tokenizers")
 
 
 def _modules():
