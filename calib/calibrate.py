@@ -15,6 +15,7 @@ from onnx import TensorProto
 import calib
 from calib import cache as cachefmt
 from calib.algorithms import registry
+from calib.data.arrays import as_source
 from calib.data.prefetch import prefetch
 from calib.errors import CalibError, DataError
 from calib.fingerprint import fingerprint_update  # noqa: F401  (re-exported)
@@ -208,30 +209,6 @@ def compute_all(stats: HistogramCollector, tensors, algorithms, params: dict | N
     return amax, used, secs
 
 
-def api_source(data, info: ModelInfo, batch_size: int, preprocess: str = "none"):
-    """A Source from what the Python API takes: a Source as it is; an ndarray for a one-input model; a dict of
-    arrays (model input -> array); a .npy/.npz path (an .npz: one array per input, named like it)."""
-    from calib.data.arrays import ArraySource, InputsSource, load_inputs
-
-    names = [n for n, _, _ in info.inputs]
-    label = str(data) if isinstance(data, (str, Path)) else "calibration data"
-    if isinstance(data, (str, Path)):
-        data = load_inputs(data, names)
-        if len(data) == 1:
-            data = data[names[0]]
-    if isinstance(data, np.ndarray):
-        if len(names) > 1:
-            raise DataError(f"{label}: one array for a model of {len(names)} inputs {names}: give a dict or an "
-                            ".npz of one array per input")
-        return ArraySource(data, names[0], batch_size, preprocess, label=label)
-    if isinstance(data, dict):
-        if preprocess != "none":
-            raise DataError(f"{label}: preprocess '{preprocess}' applies to one image input; several arrays are "
-                            "fed as they are")
-        return InputsSource({k: np.asarray(v) for k, v in data.items()}, batch_size, label=label)
-    return data
-
-
 def calibrate(model: str | Path, data, algorithms=ALL_ALGORITHMS, params: dict | None = None,
               batch_size: int = 8, preprocess: str = "none", out: str | Path | None = None,
               trt_version: str = "8600", carrier: str = cachefmt.DEFAULT_CARRIER,
@@ -253,7 +230,7 @@ def calibrate(model: str | Path, data, algorithms=ALL_ALGORITHMS, params: dict |
         raise CalibError("equalize writes the equalized model: give an output folder")
     info = inspect_model(model)
     label = str(data) if isinstance(data, (str, Path)) else getattr(data, "label", "calibration data")
-    data = api_source(data, info, batch_size, preprocess)
+    data = as_source(data, info.inputs, batch_size, preprocess)
 
     def run(stage: Path | None) -> CalibrationResult:
         nonlocal model, info

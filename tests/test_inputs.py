@@ -229,3 +229,15 @@ def test_recipe_errors_name_the_key(tmp_path, model, text):
     r = load("{kind: npz, path: d.npz, inputs: {input_id: ids}}")
     with pytest.raises(DataError, match="inputs: 'input_id' is not an input of the model"):
         make_source(r.calibration_data, r.preprocess, inspect_model(model).inputs, 2)
+
+
+def test_evaluate_api_takes_a_dict_of_arrays_per_input(model):
+    from calib.evaluate.api import evaluate
+
+    ids, mask = _ids(6)
+    res = calibrate(model, {"input_ids": ids, "attention_mask": mask}, ["minmax"])
+    out = evaluate(model, {"minmax": res.amax["minmax"]}, {"input_ids": ids, "attention_mask": mask}, batch_size=4)
+    assert out["samples"] == 6
+    assert 0.9 < out["configs"]["minmax"]["outputs"]["embedding"]["cosine"] <= 1.0 + 1e-9
+    with pytest.raises(DataError, match="one array for a model of 2 inputs"):
+        evaluate(model, {"minmax": res.amax["minmax"]}, ids)

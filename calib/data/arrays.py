@@ -171,3 +171,26 @@ class InputsSource:
         for lo in range(0, len(self.index), self.batch_size):
             idx = self.index[lo:lo + self.batch_size]
             yield {name: np.array(a[idx], copy=True) for name, a in self.arrays.items()}
+
+
+def as_source(data, inputs, batch_size: int = 8, preprocess: str = "none"):
+    """A Source from what the Python API takes, for the model inputs `inputs` (ModelInfo.inputs): a Source as it
+    is; an ndarray for a one-input model; a dict of arrays (model input -> array); a .npy/.npz path (an .npz: one
+    array per input, named like it)."""
+    names = [n for n, _, _ in inputs]
+    label = str(data) if isinstance(data, (str, Path)) else "<arrays>"
+    if isinstance(data, (str, Path)):
+        data = load_inputs(data, names)
+        if len(data) == 1:
+            data = data[names[0]]
+    if isinstance(data, np.ndarray):
+        if len(names) > 1:
+            raise DataError(f"{label}: one array for a model of {len(names)} inputs {names}: give a dict or an "
+                            ".npz of one array per input")
+        return ArraySource(data, names[0], batch_size, preprocess, label=label)
+    if isinstance(data, dict):
+        if preprocess != "none":
+            raise DataError(f"{label}: preprocess '{preprocess}' applies to one image input; several arrays are "
+                            "fed as they are")
+        return InputsSource({k: np.asarray(v) for k, v in data.items()}, batch_size, label=label)
+    return data

@@ -44,12 +44,18 @@ def _batches(source):
 
 def evaluate(model, caches: dict, source, task: str = "outputs", detection: DetectionSpec = DetectionSpec(),
              exclude: dict | None = None, layerwise: bool = True, engines: dict | None = None,
-             checks=None) -> dict:
+             checks=None, batch_size: int = 8) -> dict:
     """Compare FP32 with INT8 simulations, one per entry of `caches` (name -> cache path or {tensor: amax}), and
     with `engines` (name -> a runner of the same model, e.g. a TensorRT engine; compared on the outputs).
-    Cache paths are checked like the CLI's (`checks`: a calib.cachecheck.CacheChecks for its override flags)."""
+    Cache paths are checked like the CLI's (`checks`: a calib.cachecheck.CacheChecks for its override flags).
+
+    `source`: a Source, or arrays as calib.calibrate takes them (an ndarray, a dict of arrays per model input, a
+    .npy/.npz path), fed `batch_size` samples at a time."""
+    from calib.data.arrays import as_source
+
     check_task(model, task, detection.format if task == "detection" else None)
     info = inspect_model(model)
+    source = as_source(source, info.inputs, batch_size)
     configs = _configs(caches, info, checks)
     engines = dict(engines or {})
     clash = set(engines) & set(configs)
