@@ -235,6 +235,13 @@ def materialized(args: DataArgs, model, batch_size: int):
     option, else its preprocessed samples written to a temporary .npy (removed afterwards). batch_size 0: the
     data is not needed (left as given, for the API's own error)."""
     path = args.data
+    if path and batch_size:
+        from calib.model import inspect_model
+
+        n = len(inspect_model(model).inputs)
+        if n > 1:
+            raise DataError(f"{path}: the model takes {n} inputs; TensorRT's own calibration here feeds one: "
+                            "calibrate with calib calibrate, then build with --cache")
     if not path or not batch_size or (data_kind(Path(path)) in ("npy", "npz") and not args.image_options()
                                       and not args.limit and not args.offset and not args.layout):
         yield path, args.preprocess or "none"

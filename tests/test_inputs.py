@@ -241,3 +241,22 @@ def test_evaluate_api_takes_a_dict_of_arrays_per_input(model):
     assert 0.9 < out["configs"]["minmax"]["outputs"]["embedding"]["cosine"] <= 1.0 + 1e-9
     with pytest.raises(DataError, match="one array for a model of 2 inputs"):
         evaluate(model, {"minmax": res.amax["minmax"]}, ids)
+
+
+def test_text_keys_on_other_data_are_refused(tmp_path, model):
+    ids, mask = _ids(4)
+    np.savez(tmp_path / "d.npz", input_ids=ids, attention_mask=mask)
+    spec = DataSpec(kind="npz", path=str(tmp_path / "d.npz"), max_length=8)
+    with pytest.raises(DataError, match="d.npz: max_length: not for npz data"):
+        make_source(spec, PreprocessSpec(), inspect_model(model).inputs, 2)
+    with pytest.raises(DataError, match="inputs: not for folder data"):
+        make_source(DataSpec(kind="folder", path=str(tmp_path), inputs={"input_ids": "x"}), PreprocessSpec(),
+                    inspect_model(model).inputs, 2)
+
+
+def test_build_with_trt_calibration_refuses_several_inputs_in_one_line(tmp_path, model):
+    ids, mask = _ids(4)
+    np.savez(tmp_path / "d.npz", input_ids=ids, attention_mask=mask)
+    r = CliRunner().invoke(main, ["build", str(model), "--calibrator", "entropy2", "--data", str(tmp_path / "d.npz"),
+                                  "-o", str(tmp_path / "m.engine")])
+    assert r.exit_code == 2 and "d.npz: the model takes 2 inputs" in r.output and "--cache" in r.output

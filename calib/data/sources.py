@@ -128,11 +128,23 @@ def _inputs(inputs) -> list[tuple]:
     return [(inputs, (), 1)] if isinstance(inputs, str) else list(inputs)
 
 
+def _check_keys(spec: DataSpec) -> None:
+    """Keys that another kind of data would silently ignore."""
+    given = {"inputs": spec.inputs and spec.kind not in ("npz", "text"),
+             "tokenizer": spec.tokenizer and spec.kind != "text",
+             "max_length": spec.max_length and spec.kind != "text"}
+    for key, wrong in given.items():
+        if wrong:
+            raise DataError(f"{spec.path}: {key}: not for {spec.kind} data (inputs: npz or text; tokenizer, "
+                            "max_length: text)")
+
+
 def make_source(spec: DataSpec, pre_spec: PreprocessSpec, inputs, batch_size: int):
     """The Source of `spec` for the model inputs `inputs` (ModelInfo.inputs, or one input's name)."""
     inputs = _inputs(inputs)
     names = [n for n, _, _ in inputs]
     label = spec.path
+    _check_keys(spec)
     if spec.kind == "text":
         return text_source(spec, inputs, batch_size)
     if spec.kind in ("npy", "npz"):
@@ -159,5 +171,6 @@ def text_source(spec: DataSpec, inputs, batch_size: int):
 
     if not spec.tokenizer:
         raise DataError(f"{spec.path}: tokenizer: a text data source needs a tokenizer.json")
-    idx = picked(spec, list(range(len(read_lines(spec.path)))))
-    return TextSource(spec.path, spec.tokenizer, inputs, batch_size, spec.max_length, spec.inputs, idx)
+    lines = read_lines(spec.path)
+    lines = [lines[i] for i in picked(spec, list(range(len(lines))))]
+    return TextSource(lines, spec.tokenizer, inputs, batch_size, spec.max_length, spec.inputs, spec.path)

@@ -88,13 +88,14 @@ def _pad(tok) -> tuple[int, str]:
 class TextSource:
     """Tokenized lines of text, `batch_size` at a time, as int64 (or the model's int32) arrays [N, max_length]."""
 
-    def __init__(self, path: str | Path, tokenizer: str | Path, inputs, batch_size: int = 8,
-                 max_length: int | None = None, mapping=None, index=None, label: str | None = None):
+    def __init__(self, lines: list[str], tokenizer: str | Path, inputs, batch_size: int = 8,
+                 max_length: int | None = None, mapping=None, label: str = "<text>"):
         if batch_size < 1:
             raise DataError(f"batch size must be >= 1, got {batch_size}")
-        self.label = label or str(path)
-        self.lines = read_lines(path)
-        self.feeds = feeds_of(inputs, mapping, self.label)
+        if not lines:
+            raise DataError(f"{label}: no text lines")
+        self.lines, self.label = list(lines), label
+        self.feeds = feeds_of(inputs, mapping, label)
         self.dtypes = {n: _INT.get(et, np.int64) for n, _, et in inputs if n in self.feeds}
         self.max_length = max_length or model_max_length(inputs) or DEFAULT_MAX_LENGTH
         self.tokenizer = load_tokenizer(tokenizer)
@@ -102,10 +103,9 @@ class TextSource:
         self.tokenizer.enable_truncation(max_length=self.max_length)
         self.tokenizer.enable_padding(length=self.max_length, pad_id=pad_id, pad_token=pad_token)
         self.batch_size = batch_size
-        self.index = list(range(len(self.lines))) if index is None else list(index)
 
     def __len__(self) -> int:
-        return len(self.index)
+        return len(self.lines)
 
     def iter_with_meta(self):
         """(batch, samples, meta) as the image sources give them; these samples carry no labels."""
@@ -115,8 +115,7 @@ class TextSource:
 
     def __iter__(self) -> Iterator[dict]:
         attr = {"input_ids": "ids", "attention_mask": "attention_mask", "token_type_ids": "type_ids"}
-        for lo in range(0, len(self.index), self.batch_size):
-            texts = [self.lines[i] for i in self.index[lo:lo + self.batch_size]]
-            enc = self.tokenizer.encode_batch(texts)
+        for lo in range(0, len(self.lines), self.batch_size):
+            enc = self.tokenizer.encode_batch(self.lines[lo:lo + self.batch_size])
             yield {name: np.array([getattr(e, attr[f]) for e in enc], dtype=self.dtypes[name])
                    for name, f in self.feeds.items()}
