@@ -1,8 +1,9 @@
 """`--data` and its preprocessing options, shared by `calib calibrate`, `calib evaluate` and `calib build`.
 
---data takes a .npy/.npz array (preprocessed already, or uint8 images), an image folder (flat, or one subfolder
-per class), a YOLO folder (images/ and labels/, or .txt labels beside the images) or a COCO json (images beside
-it, in images/ next to it, or in --images). Images go through the recipes' Preprocessor: --resize (default: the
+--data takes a .npy/.npz array (preprocessed already, or uint8 images; an .npz of one array per model input for a
+model of several inputs), an image folder (flat, or one subfolder per class), a YOLO folder (images/ and labels/,
+or .txt labels beside the images), a COCO json (images beside it, in images/ next to it, or in --images) or a .txt
+file of text lines (with --tokenizer). Images go through the recipes' Preprocessor: --resize (default: the
 model's input size), --letterbox, --crop, --mean/--std and --layout (default: the model's)."""
 from __future__ import annotations
 
@@ -41,6 +42,11 @@ def data_options(required: bool = True, help_data: str | None = None):
         click.option("--std", metavar="S[,S,S]", help="Divided by after --mean (per channel, RGB)."),
         click.option("--layout", type=click.Choice(["NCHW", "NHWC"]),
                      help="Layout fed to the model [default: the model input's]."),
+        click.option("--tokenizer", type=click.Path(dir_okay=False),
+                     help="Text (.txt, one sample per line): the Hugging Face tokenizer.json (the text extra)."),
+        click.option("--max-length", type=click.IntRange(1),
+                     help="Text: tokens per sample, padded or truncated [default: the model's sequence length, "
+                          "else 128]."),
         click.option("--limit", type=click.IntRange(1), help="Use this many samples (a seeded random subset)."),
         click.option("--offset", default=0, show_default=True, type=click.IntRange(0),
                      help="Skip this many samples of the seeded order first (to keep calibration and evaluation "
@@ -67,6 +73,8 @@ class DataArgs:
     mean: str | None = None
     std: str | None = None
     layout: str | None = None
+    tokenizer: str | None = None
+    max_length: int | None = None
     limit: int | None = None
     offset: int = 0
 
@@ -158,7 +166,7 @@ def _coco_images(annotations: Path, given: str | None) -> Path:
 
 
 def data_kind(path: Path) -> str:
-    """npy | npz | coco | yolo | folder, from what is on disk."""
+    """npy | npz | coco | yolo | folder | text, from what is on disk."""
     from calib.data.images import IMAGE_EXT
 
     if path.is_dir():
@@ -170,9 +178,10 @@ def data_kind(path: Path) -> str:
     if not path.exists():
         raise DataError(f"{path}: data file not found")
     suffix = path.suffix.lower()
-    if suffix in (".npy", ".npz", ".json"):
-        return {".npy": "npy", ".npz": "npz", ".json": "coco"}[suffix]
-    raise DataError(f"{path}: expected a .npy/.npz array, an image folder, a YOLO folder or a COCO .json")
+    if suffix in (".npy", ".npz", ".json", ".txt"):
+        return {".npy": "npy", ".npz": "npz", ".json": "coco", ".txt": "text"}[suffix]
+    raise DataError(f"{path}: expected a .npy/.npz array, an image folder, a YOLO folder, a COCO .json or a .txt "
+                    "of text lines")
 
 
 def _inputs_source(args: DataArgs, arrays: dict, images_only: list, batch_size: int):
@@ -193,6 +202,23 @@ def _inputs_source(args: DataArgs, arrays: dict, images_only: list, batch_size: 
     return InputsSource(arrays, batch_size, idx, label=args.data)
 
 
+def _text_source(args: DataArgs, info, images_only: list, batch_size: int):
+    """Lines of text through --tokenizer, fed to the model's input_ids / attention_mask / token_type_ids."""
+    from calib.data.sources import make_source
+    from calib.recipe import DataSpec, PreprocessSpec
+
+    if not args.tokenizer:
+        raise click.BadParameter("text data needs a tokenizer.json", param_hint="--tokenizer")
+    if not Path(args.tokenizer).is_file():
+        raise click.BadParameter(f"tokenizer file not found: {args.tokenizer}", param_hint="--tokenizer")
+    flags = images_only + (["--preprocess"] if args.preprocess else []) + (["--layout"] if args.layout else [])
+    if flags:
+        raise DataError(f"{args.data}: {', '.join(flags)} apply to images, not to text")
+    spec = DataSpec(kind="text", path=args.data, tokenizer=args.tokenizer, max_length=args.max_length,
+                    limit=args.limit, offset=args.offset)
+    return make_source(spec, PreprocessSpec(), info.inputs, batch_size)
+
+
 def make_cli_source(args: DataArgs, info, batch_size: int, input_index: int = 0):
     """A Source over --data for `info` (a ModelInfo): an .npz feeds each model input the array of its name;
     other data feeds the input `input_index`."""
@@ -207,6 +233,11 @@ def make_cli_source(args: DataArgs, info, batch_size: int, input_index: int = 0)
     if kind != "coco" and args.images:
         raise click.BadParameter("only with a COCO json as --data", param_hint="--images")
     images_only = [o for o in args.image_options() if o != "--images" or kind != "coco"]
+    text_only = [f for f, v in (("--tokenizer", args.tokenizer), ("--max-length", args.max_length)) if v]
+    if kind == "text":
+        return _text_source(args, info, images_only, batch_size)
+    if text_only:
+        raise click.BadParameter("only with text data (a .txt of lines) as --data", param_hint=text_only[0])
     if kind in ("npy", "npz"):
         arrays = load_inputs(path, [n for n, _, _ in info.inputs])
         if len(arrays) > 1:

@@ -260,3 +260,29 @@ def test_build_with_trt_calibration_refuses_several_inputs_in_one_line(tmp_path,
     r = CliRunner().invoke(main, ["build", str(model), "--calibrator", "entropy2", "--data", str(tmp_path / "d.npz"),
                                   "-o", str(tmp_path / "m.engine")])
     assert r.exit_code == 2 and "d.npz: the model takes 2 inputs" in r.output and "--cache" in r.output
+
+
+def test_cli_calibrates_and_evaluates_text(tmp_path, text):
+    model = tiny_transformer(tmp_path / "typed.onnx", token_types=True)
+    lines, tok = (str(p) for p in text)
+    inv = CliRunner().invoke
+    r = inv(main, ["calibrate", str(model), "--data", lines, "--tokenizer", tok, "--max-length", "10", "--algo",
+                   "minmax,entropy", "--out", str(tmp_path / "c")])
+    assert r.exit_code == 0, r.output
+    side = json.loads((tmp_path / "c" / "minmax.json").read_text())
+    assert side["samples"] == 7 and MATMUL_INPUTS - {"tok"} | {"x"} <= set(side["amax"])
+    r = inv(main, ["evaluate", str(model), "--cache", str(tmp_path / "c" / "entropy.cache"), "--data", lines,
+                   "--tokenizer", tok, "--max-length", "10", "--task", "outputs", "--out", str(tmp_path / "e")])
+    assert r.exit_code == 0, r.output
+    rep = json.loads((tmp_path / "e" / "report.json").read_text())
+    assert rep["evaluation"]["samples"] == 7 and "cosine" in rep["evaluation"]["configs"]["entropy"]["outputs"][
+        "embedding"]
+    r = inv(main, ["calibrate", str(model), "--data", lines, "--out", str(tmp_path / "x")])
+    assert r.exit_code == 2 and "--tokenizer" in r.output and "needs a tokenizer.json" in r.output
+    r = inv(main, ["calibrate", str(model), "--data", lines, "--tokenizer", str(tmp_path / "no.json"),
+                   "--out", str(tmp_path / "x")])
+    assert r.exit_code == 2 and "--tokenizer" in r.output and "no.json" in r.output
+    np.savez(tmp_path / "d.npz", input_ids=np.zeros((2, 4), np.int64))
+    r = inv(main, ["calibrate", str(model), "--data", str(tmp_path / "d.npz"), "--max-length", "8",
+                   "--out", str(tmp_path / "x")])
+    assert r.exit_code == 2 and "--max-length" in r.output and "only with text data" in r.output
