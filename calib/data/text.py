@@ -92,6 +92,8 @@ class TextSource:
                  max_length: int | None = None, mapping=None, label: str = "<text>"):
         if batch_size < 1:
             raise DataError(f"batch size must be >= 1, got {batch_size}")
+        if isinstance(lines, (str, Path)):
+            raise TypeError("TextSource takes the lines themselves (calib.data.text.read_lines reads a file)")
         if not lines:
             raise DataError(f"{label}: no text lines")
         self.lines, self.label = list(lines), label
