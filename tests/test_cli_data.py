@@ -88,9 +88,12 @@ def test_array_options(tiny_model, tiny_data, tmp_path):
         pytest.approx(2.0)
     r = invoke("calibrate", tiny_model, "--data", tmp_path / "notes.txt", "-o", tmp_path / "x")
     one_line_error(r, "data file not found")
-    (tmp_path / "notes.txt").write_text("x")
+    (tmp_path / "notes.csv").write_text("x")
+    r = invoke("calibrate", tiny_model, "--data", tmp_path / "notes.csv", "-o", tmp_path / "x")
+    one_line_error(r, "expected a .npy/.npz array, an image folder, a YOLO folder, a COCO .json or a .txt of text")
+    (tmp_path / "notes.txt").write_text("x")  # text lines: need a tokenizer
     r = invoke("calibrate", tiny_model, "--data", tmp_path / "notes.txt", "-o", tmp_path / "x")
-    one_line_error(r, "expected a .npy/.npz array, an image folder, a YOLO folder or a COCO .json")
+    assert r.exit_code == 2 and "--tokenizer: text data needs a tokenizer.json" in r.output
 
 
 def _yolo_set(root):
