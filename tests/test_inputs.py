@@ -286,3 +286,21 @@ def test_cli_calibrates_and_evaluates_text(tmp_path, text):
     r = inv(main, ["calibrate", str(model), "--data", str(tmp_path / "d.npz"), "--max-length", "8",
                    "--out", str(tmp_path / "x")])
     assert r.exit_code == 2 and "--max-length" in r.output and "only with text data" in r.output
+
+
+def test_sensitivity_ranks_the_layers_of_a_two_input_model(tmp_path, model):
+    ids, mask = _ids(8)
+    np.savez(tmp_path / "d.npz", input_ids=ids, attention_mask=mask)
+    recipe = tmp_path / "s.yaml"
+    recipe.write_text(f"""
+model: {model.name}
+calibration_data: {{kind: npz, path: d.npz}}
+calibration: {{batch_size: 4}}
+evaluation: {{batch_size: 4}}
+sensitivity: {{metric: output_sqnr, samples: 4, min_sqnr_db: 20}}
+output: out
+""")
+    r = CliRunner().invoke(main, ["--quiet", "sensitivity", str(recipe), "--out", str(tmp_path / "s")])
+    assert r.exit_code == 0, r.output
+    md = (tmp_path / "s" / "sensitivity.md").read_text()
+    assert "output_sqnr on 4 images" in md and "`attn_v`" in md and "`qk`" in md
