@@ -304,3 +304,14 @@ output: out
     assert r.exit_code == 0, r.output
     md = (tmp_path / "s" / "sensitivity.md").read_text()
     assert "output_sqnr on 4 images" in md and "`attn_v`" in md and "`qk`" in md
+
+
+def test_text_length_defaults_to_the_models_and_int32_inputs_get_int32(text):
+    from calib.data.text import TextSource, read_lines
+
+    lines = read_lines(text[0])
+    src = TextSource(lines, text[1], [("input_ids", (None, 6), 6), ("attention_mask", (None, 6), 7)], 3)
+    b = next(iter(src))
+    assert b["input_ids"].shape == (3, 6) and b["input_ids"].dtype == np.int32
+    assert b["attention_mask"].dtype == np.int64 and len(src) == 7
+    assert next(iter(TextSource(lines, text[1], [("input_ids", (None, None), 7)], 2)))["input_ids"].shape == (2, 128)
