@@ -293,18 +293,30 @@ class _Builder:
         return None
 
     def _shapes(self, net, cfg):
-        shapes = {}
-        for i in net.inputs:
-            if any(d < 0 for d in i.shape):
-                prof = next((p for p in cfg.profiles if i.name in p.shapes), None)
-                if prof is None:
-                    return self._error(f"input {i.name} has dynamic shape and no optimization profile")
-                shapes[i.name] = prof.shapes[i.name]
-            else:
-                shapes[i.name] = (i.shape, i.shape, i.shape)
-        return shapes
+        """Every profile must give every dynamic input min <= opt <= max of the input's rank, fixed dims kept;
+        returns the profiles ({input: (min, opt, max)}, fixed inputs included) or None after logging the error."""
+        dynamic = [i for i in net.inputs if any(d < 0 for d in i.shape)]
+        if dynamic and not cfg.profiles:
+            return self._error(f"input {dynamic[0].name} has dynamic shape and no optimization profile")
+        profiles = []
+        for k, p in enumerate(cfg.profiles or [_Profile()]):
+            shapes = {}
+            for i in net.inputs:
+                if i not in dynamic:
+                    shapes[i.name] = (i.shape, i.shape, i.shape)
+                    continue
+                if i.name not in p.shapes:
+                    return self._error(f"optimization profile {k} has no shapes for dynamic input {i.name}")
+                lo, opt, hi = p.shapes[i.name]
+                ok = all(len(s) == len(i.shape) for s in (lo, opt, hi)) and all(
+                    (d < 0 or a == b == c == d) and a <= b <= c for a, b, c, d in zip(lo, opt, hi, i.shape))
+                if not ok:
+                    return self._error(f"optimization profile {k}: invalid shapes for {i.name}")
+                shapes[i.name] = p.shapes[i.name]
+            profiles.append(shapes)
+        return profiles
 
-    def _calibrate(self, net, cfg, calib, shapes):
+    def _calibrate(self, net, cfg, calib, shapes):  # shapes: profile 0
         algo = next((a for c, a in _ALGO.items() if isinstance(calib, getattr(self.t, c))), None)
         text = calib.read_calibration_cache()
         if text:
@@ -313,6 +325,7 @@ class _Builder:
                 return _parse_cache(bytes(text))
         if any(any(d < 0 for d in i.shape) for i in net.inputs) and cfg.calibration_profile is None:
             return self._error("calibration profile not set for a network with dynamic shapes")
+        self.t.calibration_shapes = dict(cfg.calibration_profile.shapes) if cfg.calibration_profile else {}
         prof = cfg.calibration_profile.shapes if cfg.calibration_profile else {}
         names = [i.name for i in net.inputs]
         runner = OrtRunner(net.model_path, expose=[o.name for layer in net.layers for o in layer.outputs
@@ -339,9 +352,10 @@ class _Builder:
         return _parse_cache(blob)
 
     def build_serialized_network(self, net, cfg):
-        shapes = self._shapes(net, cfg)
-        if shapes is None:
+        profiles = self._shapes(net, cfg)
+        if profiles is None:
             return None
+        shapes = profiles[0]
         scales = {}
         int8 = self.t.BuilderFlag.INT8 in cfg.flags
         qdq = any(layer.op_type == "QuantizeLinear" for layer in net.layers)
@@ -370,6 +384,7 @@ class _Builder:
                            "TacticName": "standin"})
         plan = {"model": net.model_path, "inputs": [[i.name, list(i.shape), int(i.dtype)] for i in net.inputs],
                 "outputs": [o.name for o in net.outputs], "shapes": {k: [list(s) for s in v] for k, v in shapes.items()},
+                "profiles": [{k: [list(s) for s in v] for k, v in p.items()} for p in profiles],
                 "layers": layers, "scales": scales, "flags": sorted(int(f) for f in cfg.flags),
                 "simulate_int8": bool(self.t.simulate_int8 and scales),
                 "int8_layers": [la["Name"] for la in layers if "Int8" in la["Outputs"][0]["Format/Datatype"]]}
@@ -414,10 +429,12 @@ class _Engine:
         self.t, self.plan = t, plan
         self.io = [(n, True, shape, DataType(dt)) for n, shape, dt in plan["inputs"]]
         self.io += [(o, False, None, DataType.FLOAT) for o in plan["outputs"]]
+        self.profiles = plan.get("profiles") or [plan["shapes"]]
+        self.num_optimization_profiles = len(self.profiles)
         if named:
             self.num_io_tensors = len(self.io)
-        if bindings:
-            self.num_bindings = len(self.io)
+        if bindings:  # every I/O tensor once per profile, "name [profile k]" past the first
+            self.num_bindings = len(self.io) * len(self.profiles)
         self.runner = OrtRunner(_simulated(plan) if plan.get("simulate_int8") else plan["model"],
                                 expose=[o for o in plan["outputs"]])
 
@@ -439,26 +456,29 @@ class _Engine:
         return tuple(e[2]) if e[1] else (-1,)
 
     def get_tensor_profile_shape(self, name, profile):
-        return [tuple(s) for s in self.plan["shapes"][name]]
+        if not 0 <= profile < len(self.profiles):
+            raise IndexError(f"profile {profile} out of range")
+        return [tuple(s) for s in self.profiles[profile][name]]
 
     # bindings
     def get_binding_name(self, i):
-        return self.io[i][0]
+        k, j = divmod(i, len(self.io))
+        return self.io[j][0] + (f" [profile {k}]" if k else "")
 
     def binding_is_input(self, i):
-        return self.io[i][1]
+        return self.io[i % len(self.io)][1]
 
     def get_binding_index(self, name):
         return self._find(name)
 
     def get_binding_dtype(self, i):
-        return self.io[i][3]
+        return self.io[i % len(self.io)][3]
 
     def get_binding_shape(self, i):
-        return self.get_tensor_shape(self.io[i][0])
+        return self.get_tensor_shape(self.io[i % len(self.io)][0])
 
     def get_profile_shape(self, profile, i):
-        return self.get_tensor_profile_shape(self.io[i][0], profile)
+        return self.get_tensor_profile_shape(self.io[i % len(self.io)][0], profile)
 
     def create_execution_context(self):
         named, bindings = hasattr(self, "num_io_tensors"), hasattr(self, "num_bindings")
@@ -473,19 +493,32 @@ class _Engine:
 class _Context:
     def __init__(self, engine):
         self.e = engine
+        self.profile = 0
         self.shapes = {n: tuple(s) for n, is_in, s, _ in engine.io if is_in}
         self.addr = {}
         self.out_shapes = {}
+        self.shapes_set = []  # every accepted set_input_shape: (profile, name, shape)
+
+    def set_optimization_profile_async(self, profile, stream):
+        if not 0 <= profile < len(self.e.profiles):
+            return False
+        self.profile = profile
+        self.shapes = {n: tuple(s) for n, is_in, s, _ in self.e.io if is_in}  # shapes are set again per profile
+        return True
 
     def set_input_shape(self, name, shape):
-        lo, _, hi = self.e.plan["shapes"][name]
-        if any(s < a or s > b for s, a, b in zip(shape, lo, hi)):
+        lo, _, hi = self.e.profiles[self.profile][name]
+        if len(shape) != len(lo) or any(s < a or s > b for s, a, b in zip(shape, lo, hi)):
             return False
         self.shapes[name] = tuple(shape)
+        self.shapes_set.append((self.profile, name, tuple(shape)))
         return True
 
     def set_binding_shape(self, i, shape):
-        return _Context.set_input_shape(self, self.e.io[i][0], shape)
+        k, j = divmod(i, len(self.e.io))
+        if k != self.profile:
+            return False  # a binding of another profile than the context's
+        return _Context.set_input_shape(self, self.e.io[j][0], shape)
 
     def _infer(self):
         feed = {n: np.zeros(s, _NP[dt]) for n, is_in, _, dt in self.e.io if is_in
@@ -503,7 +536,7 @@ class _Context:
         return self._shape(name)
 
     def get_binding_shape(self, i):
-        return self._shape(self.e.io[i][0])
+        return self._shape(self.e.io[i % len(self.e.io)][0])
 
     def set_tensor_address(self, name, ptr):
         self.addr[name] = ptr
@@ -516,6 +549,8 @@ class _Context:
                 self.profiler.report_layer_time(layer["Name"], 0.001 * (i + 1))
 
     def _run(self):
+        if any(d < 0 for s in self.shapes.values() for d in s):
+            return False  # an input's shape was never set
         self._report()
         mem = self.e.t.memory
         key = (tuple((n, self.addr[n], mem.writes.get(self.addr[n], 0), self.shapes[n]) for n in self.shapes),
@@ -541,7 +576,8 @@ class _ContextV2(_Context):
     get_tensor_shape = None
 
     def execute_async_v2(self, bindings, stream):
-        self.addr = {self.e.io[i][0]: p for i, p in enumerate(bindings)}
+        per = len(self.e.io)
+        self.addr = {self.e.io[j][0]: bindings[self.profile * per + j] for j in range(per)}
         return self._run()
 
 

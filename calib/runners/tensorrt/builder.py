@@ -7,7 +7,7 @@ import logging
 import os
 import re
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import onnx
@@ -16,7 +16,7 @@ import calib
 from calib.errors import CalibError, ModelError
 from calib.io import atomic_write_bytes, atomic_write_json, sha256_file
 from calib.nvtx import nvtx_range
-from calib.runners.tensorrt import compat
+from calib.runners.tensorrt import compat, profiles as shape_profiles
 from calib.runners.tensorrt.inspect import parse_layers, summary
 
 log = logging.getLogger(__name__)
@@ -33,11 +33,15 @@ class BuildSpec:
     workspace_mb: int = 4096
     optimization_level: int | None = None  # builder_optimization_level (0-5); TensorRT's default 3 if None
     timing_cache: str | None = None  # a file read before and written after the build
-    batch_size: int = 1  # dynamic batch dimensions are fixed to this (profile min = opt = max)
-    shapes: tuple[tuple[str, tuple[int, ...]], ...] = ()  # explicit input shapes (else batch_size + model dims)
+    batch_size: int = 1  # without profiles, dynamic batch dimensions are fixed to this (min = opt = max)
+    shapes: tuple[tuple[str, tuple[int, ...]], ...] = ()  # fixed input shapes (else batch_size + model dims)
+    profiles: tuple = ()  # optimization profiles: each {input: (min, opt, max)}; see calib.runners.tensorrt.profiles
     mark_outputs: tuple[str, ...] = ()  # extra outputs: tensor names, or "*" for every float tensor
     tactic_sources: tuple[str, ...] | None = None  # TacticSource names; None: TensorRT's default or $CALIB_TRT_TACTIC_SOURCES
     strongly_typed: bool | None = None  # Q/DQ models: None = TensorRT 11+ strongly typed, 10.x weakly (FP16 flag kept)
+
+    def __post_init__(self):
+        object.__setattr__(self, "profiles", shape_profiles.normalize(self.profiles))
 
 
 def parse_layer_precisions(items) -> list[tuple[str, str]]:
@@ -176,25 +180,70 @@ def _apply_layer_precisions(trt, network, rules, op_types: dict) -> dict:
     return applied
 
 
-def _input_shapes(network, spec: BuildSpec) -> dict:
+def _network_inputs(network) -> dict:
+    return {network.get_input(i).name: tuple(network.get_input(i).shape) for i in range(network.num_inputs)}
+
+
+def _fixed_shape(name: str, dims: tuple, spec: BuildSpec) -> tuple:
     given = dict(spec.shapes)
-    out = {}
-    for i in range(network.num_inputs):
-        t = network.get_input(i)
-        dims = tuple(t.shape)
-        if t.name in given:
-            shape = tuple(given[t.name])
-        elif any(d < 0 for d in dims):
-            shape = tuple(spec.batch_size if (k == 0 and d < 0) else d for k, d in enumerate(dims))
-            if any(d < 0 for d in shape):
-                raise ModelError(f"input '{t.name}' has dynamic dims {list(dims)} beyond the batch: give its shape")
-        else:
-            shape = dims
-        out[t.name] = (dims, shape)
-    return out
+    if name in given:
+        return tuple(given[name])
+    shape = tuple(spec.batch_size if (k == 0 and d < 0) else d for k, d in enumerate(dims))
+    if any(d < 0 for d in shape):
+        raise ModelError(f"input '{name}' has dynamic dims {list(dims)} beyond the batch: give its shape "
+                         "or optimization profiles")
+    return shape
 
 
-def _config(trt, builder, spec: BuildSpec, shapes: dict, calibrator, explicit: bool, strongly_typed: bool):
+def _profiles(inputs: dict, spec: BuildSpec) -> tuple:
+    """The engine's optimization profiles over its dynamic inputs: the spec's (a dynamic input given a fixed
+    shape joins each as min = opt = max), or without them one profile fixing each dynamic input to its shape
+    or batch_size."""
+    dynamic = [n for n, dims in inputs.items() if any(d < 0 for d in dims)]
+    if not spec.profiles:
+        fixed = tuple((n, shape_profiles.ShapeRange(*[_fixed_shape(n, inputs[n], spec)] * 3)) for n in dynamic)
+        return (fixed,) if fixed else ()
+    given = dict(spec.shapes)
+    both = next((n for p in spec.profiles for n, _ in p if n in given), None)
+    if both is not None:
+        raise CalibError(f"input '{both}': give a fixed shape or optimization profiles, not both")
+    extra = tuple((n, shape_profiles.ShapeRange(*[tuple(given[n])] * 3)) for n in dynamic if n in given)
+    profs = tuple(p + extra for p in spec.profiles)
+    shape_profiles.check(profs, inputs)
+    return profs
+
+
+def _input_shapes(inputs: dict, profs: tuple) -> dict:
+    """Each input's shape in the calibration profile (the first profile's opt shape) or the model's."""
+    first = dict(profs[0]) if profs else {}
+    return {n: first[n].opt if n in first else dims for n, dims in inputs.items()}
+
+
+def _add_profiles(builder, cfg, inputs: dict, profs: tuple, calibrator) -> None:
+    """Every profile (set_shape for the dynamic inputs), and for a calibrator a fixed calibration profile at
+    the first profile's opt shapes (TensorRT calibrates at one shape)."""
+    dynamic = {n for n, dims in inputs.items() if any(d < 0 for d in dims)}
+    for p in profs:
+        prof = builder.create_optimization_profile()
+        for n, r in p:
+            if n in dynamic:
+                prof.set_shape(n, r.min, r.opt, r.max)
+        cfg.add_optimization_profile(prof)
+    if profs and calibrator is not None:
+        cal = builder.create_optimization_profile()
+        for n, r in profs[0]:
+            if n in dynamic:
+                cal.set_shape(n, r.opt, r.opt, r.opt)
+        cfg.set_calibration_profile(cal)
+        want = getattr(calibrator, "batch", None)
+        opt = shape_profiles.calibration_batch(profs, want)
+        if want is not None and want != opt:
+            raise CalibError(f"the calibrator feeds batches of {want}, the calibration profile (profile 0's opt "
+                             f"shape) takes {opt}")
+
+
+def _config(trt, builder, spec: BuildSpec, inputs: dict, profs: tuple, calibrator, explicit: bool,
+            strongly_typed: bool):
     cfg = builder.create_builder_config()
     cfg.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, int(spec.workspace_mb) << 20)
     if spec.optimization_level is not None and hasattr(cfg, "builder_optimization_level"):
@@ -210,14 +259,7 @@ def _config(trt, builder, spec: BuildSpec, shapes: dict, calibrator, explicit: b
             mask |= 1 << int(getattr(trt.TacticSource, t.upper()))
         cfg.set_tactic_sources(mask)
     cfg.profiling_verbosity = trt.ProfilingVerbosity.DETAILED
-    dynamic = {n: s for n, (dims, s) in shapes.items() if any(d < 0 for d in dims)}
-    if dynamic:
-        prof = builder.create_optimization_profile()
-        for n, s in dynamic.items():
-            prof.set_shape(n, s, s, s)
-        cfg.add_optimization_profile(prof)
-        if calibrator is not None:
-            cfg.set_calibration_profile(prof)
+    _add_profiles(builder, cfg, inputs, profs, calibrator)
     if "fp16" in spec.precisions and not strongly_typed:
         cfg.set_flag(trt.BuilderFlag.FP16)
     if "int8" in spec.precisions and not strongly_typed:
@@ -266,9 +308,10 @@ def build(model_path, spec: BuildSpec = BuildSpec(), calibrator=None, trt=None, 
     precisions = tuple(dict.fromkeys(spec.precisions + (("fp16",) if "fp16" in applied.values() else ())))
     if precisions != spec.precisions:
         log.info("fp16 enabled for the layers kept in fp16")
-    spec_used = BuildSpec(**{**asdict(spec), "precisions": precisions})
-    shapes = _input_shapes(network, spec_used)
-    cfg = _config(trt, builder, spec_used, shapes, calibrator, explicit, strongly_typed)
+    spec_used = replace(spec, precisions=precisions)
+    inputs = _network_inputs(network)
+    profs = _profiles(inputs, spec_used)
+    cfg = _config(trt, builder, spec_used, inputs, profs, calibrator, explicit, strongly_typed)
     if applied and spec.constraints != "none":
         flag = "OBEY_PRECISION_CONSTRAINTS" if spec.constraints == "obey" else "PREFER_PRECISION_CONSTRAINTS"
         cfg.set_flag(getattr(trt.BuilderFlag, flag))
@@ -294,7 +337,8 @@ def build(model_path, spec: BuildSpec = BuildSpec(), calibrator=None, trt=None, 
             "strongly_typed": strongly_typed,
             "layer_precisions": [f"{p}={q}" for p, q in rules], "layers_set": applied,
             "constraints": spec.constraints, "optimization_level": spec.optimization_level,
-            "input_shapes": {n: list(s) for n, (_, s) in shapes.items()}, "marked_outputs": marked,
+            "input_shapes": {n: list(s) for n, s in _input_shapes(inputs, profs).items()},
+            "profiles": shape_profiles.to_json(profs), "marked_outputs": marked,
             "build_seconds": round(secs, 2), "calibrator": _calibrator_info(calibrator),
             "layer_summary": summary(layers), "layers": layers}
     log.info("built %s engine in %.1f s (%s)", "+".join(precisions), secs,

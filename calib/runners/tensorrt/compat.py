@@ -78,12 +78,25 @@ def uses_named_tensors(engine) -> bool:
     return getattr(engine, "num_io_tensors", None) is not None
 
 
+def num_profiles(engine) -> int:
+    return int(getattr(engine, "num_optimization_profiles", 1) or 1)
+
+
+def _per_profile(engine) -> int:
+    """Bindings of one profile: a bindings engine lists every I/O tensor once per optimization profile."""
+    return engine.num_bindings // num_profiles(engine)
+
+
+def binding_index(engine, name: str, profile: int = 0) -> int:
+    return engine.get_binding_index(name) + profile * _per_profile(engine)
+
+
 def io_tensors(trt, engine) -> list[tuple[str, bool]]:
     """(name, is_input) for every engine I/O tensor, in engine order."""
     if uses_named_tensors(engine):
         return [(n, engine.get_tensor_mode(n) == trt.TensorIOMode.INPUT)
                 for n in (engine.get_tensor_name(i) for i in range(engine.num_io_tensors))]
-    return [(engine.get_binding_name(i), bool(engine.binding_is_input(i))) for i in range(engine.num_bindings)]
+    return [(engine.get_binding_name(i), bool(engine.binding_is_input(i))) for i in range(_per_profile(engine))]
 
 
 def tensor_dtype(trt, engine, name: str):
@@ -99,32 +112,44 @@ def engine_shape(engine, name: str) -> tuple[int, ...]:
     return tuple(engine.get_binding_shape(engine.get_binding_index(name)))
 
 
-def profile_shape(engine, name: str) -> tuple[tuple, tuple, tuple]:
-    """(min, opt, max) of profile 0 for an input with dynamic dimensions."""
+def profile_shape(engine, name: str, profile: int = 0) -> tuple[tuple, tuple, tuple]:
+    """(min, opt, max) of an optimization profile for an input with dynamic dimensions."""
     if has(engine, "get_tensor_profile_shape"):
-        return tuple(tuple(s) for s in engine.get_tensor_profile_shape(name, 0))
-    return tuple(tuple(s) for s in engine.get_profile_shape(0, engine.get_binding_index(name)))
+        return tuple(tuple(s) for s in engine.get_tensor_profile_shape(name, profile))
+    return tuple(tuple(s) for s in engine.get_profile_shape(profile, binding_index(engine, name, profile)))
 
 
-def set_input_shape(context, engine, name: str, shape) -> None:
+def select_profile(context, profile: int, stream) -> None:
+    """Make `profile` the context's optimization profile (a context starts on profile 0)."""
+    if has(context, "set_optimization_profile_async"):
+        ok = context.set_optimization_profile_async(profile, int(stream))
+    else:
+        context.active_optimization_profile = profile
+        ok = True
+    if ok is False:
+        raise CalibError(f"TensorRT could not select optimization profile {profile}")
+
+
+def set_input_shape(context, engine, name: str, shape, profile: int = 0) -> None:
     if has(context, "set_input_shape"):
         ok = context.set_input_shape(name, tuple(shape))
     else:
-        ok = context.set_binding_shape(engine.get_binding_index(name), tuple(shape))
+        ok = context.set_binding_shape(binding_index(engine, name, profile), tuple(shape))
     if ok is False:
-        raise CalibError(f"engine input '{name}': shape {list(shape)} is outside the engine's optimization profile")
+        raise CalibError(f"engine input '{name}': shape {list(shape)} is outside the engine's optimization "
+                         f"profile {profile}")
 
 
-def context_shape(context, engine, name: str) -> tuple[int, ...]:
+def context_shape(context, engine, name: str, profile: int = 0) -> tuple[int, ...]:
     if has(context, "get_tensor_shape"):
         return tuple(context.get_tensor_shape(name))
-    return tuple(context.get_binding_shape(engine.get_binding_index(name)))
+    return tuple(context.get_binding_shape(binding_index(engine, name, profile)))
 
 
 class Executor:
     """Runs one execution context on a stream with fixed device addresses, v3 where it exists, else v2."""
 
-    def __init__(self, engine, context, addresses: dict, prefer_v3: bool = True):
+    def __init__(self, engine, context, addresses: dict, prefer_v3: bool = True, profile: int = 0):
         self.context = context
         self.v3 = prefer_v3 and has(context, "execute_async_v3") and has(context, "set_tensor_address")
         if self.v3:
@@ -133,7 +158,7 @@ class Executor:
         else:
             self.bindings = [0] * engine.num_bindings
             for name, ptr in addresses.items():
-                self.bindings[engine.get_binding_index(name)] = int(ptr)
+                self.bindings[binding_index(engine, name, profile)] = int(ptr)
 
     def __call__(self, stream) -> None:
         handle = int(stream)

@@ -16,13 +16,14 @@ log = logging.getLogger(__name__)
 
 
 class TrtRunner:
-    """An engine with device buffers sized for its largest shapes; a batch smaller than a fixed engine batch is
-    padded and the outputs cut back."""
+    """An engine on one optimization profile (`profile`, default 0), with device buffers sized for that profile's
+    max shapes: each call sets the input shapes of its batch, which must lie within the profile; a batch smaller
+    than the profile's smallest (or a fixed engine's) batch is padded and the outputs cut back."""
 
     backend = "tensorrt"
 
     def __init__(self, plan: bytes | str | Path, trt=None, cuda=None, label: str | None = None,
-                 prefer_v3: bool = True):
+                 prefer_v3: bool = True, profile: int = 0):
         self.trt = trt or compat.load()
         if cuda is None:
             from calib.runners.tensorrt.device import Cuda
@@ -43,30 +44,43 @@ class TrtRunner:
         self.engine = self.runtime.deserialize_cuda_engine(plan)
         if self.engine is None:
             raise CalibError(f"{self.label}: TensorRT cannot load this engine (another TensorRT version or GPU?)")
+        self.profiles = compat.num_profiles(self.engine)
+        if not 0 <= profile < self.profiles:
+            raise CalibError(f"{self.label}: no optimization profile {profile} (the engine has "
+                             f"{self.profiles}: 0..{self.profiles - 1})")
+        self.profile = profile
         self.context = self.engine.create_execution_context()
+        self.stream = self.cuda.stream()
+        if profile:
+            compat.select_profile(self.context, profile, self.stream)
         self.io = compat.io_tensors(self.trt, self.engine)
         self.inputs = [n for n, is_in in self.io if is_in]
         self.outputs = [n for n, is_in in self.io if not is_in]
         self.dtypes = {n: np.dtype(compat.tensor_dtype(self.trt, self.engine, n)) for n, _ in self.io}
         self.dynamic = {n: any(d < 0 for d in compat.engine_shape(self.engine, n)) for n in self.inputs}
-        self.max_shape, self.min_batch = {}, {}
+        self.ranges = {}  # input -> (min, opt, max) in this profile; a fixed input's three are its shape
         for n in self.inputs:
             if self.dynamic[n]:
-                lo, _, shape = compat.profile_shape(self.engine, n)
-                self.min_batch[n] = int(lo[0])
+                self.ranges[n] = compat.profile_shape(self.engine, n, profile)
             else:
-                shape = compat.engine_shape(self.engine, n)
-                self.min_batch[n] = int(shape[0])
-            self.max_shape[n] = tuple(shape)
+                self.ranges[n] = (compat.engine_shape(self.engine, n),) * 3
+        self.max_shape = {n: tuple(r[2]) for n, r in self.ranges.items()}
+        self.min_batch = {n: int(r[0][0]) for n, r in self.ranges.items()}
+        for n in self.inputs:
             if self.dynamic[n]:
-                compat.set_input_shape(self.context, self.engine, n, shape)
+                self._set_shape(n, self.max_shape[n])
         self.device = {}
         for n, _ in self.io:
-            shape = self.max_shape.get(n) or compat.context_shape(self.context, self.engine, n)
+            shape = self.max_shape.get(n) or self._context_shape(n)
             nbytes = int(np.prod(shape)) * self.dtypes[n].itemsize
             self.device[n] = self.cuda.malloc(nbytes)
-        self.stream = self.cuda.stream()
-        self.execute = compat.Executor(self.engine, self.context, self.device, prefer_v3)
+        self.execute = compat.Executor(self.engine, self.context, self.device, prefer_v3, profile)
+
+    def _set_shape(self, name, shape) -> None:
+        compat.set_input_shape(self.context, self.engine, name, shape, self.profile)
+
+    def _context_shape(self, name) -> tuple[int, ...]:
+        return compat.context_shape(self.context, self.engine, name, self.profile)
 
     def tensor_names(self) -> list[str]:
         return list(self.outputs)
@@ -81,17 +95,25 @@ class TrtRunner:
                 raise DataError(f"{self.label}: batch lacks engine input '{name}' (has {sorted(batch)})")
             x = np.ascontiguousarray(batch[name], dtype=self.dtypes[name])
             n = x.shape[0] if n is None else n
-            full = self.max_shape[name]
-            if x.ndim != len(full) or tuple(x.shape[1:]) != tuple(full[1:]) or x.shape[0] > full[0]:
-                raise DataError(f"{self.label}: input '{name}' has shape {list(x.shape)}, the engine takes "
-                                f"{list(full)}")
-            if x.shape[0] < self.min_batch[name]:  # below the engine's batch: pad, outputs are cut back
+            self._check_shape(name, x.shape)
+            if x.shape[0] < self.min_batch[name]:  # below the profile's batch: pad, outputs are cut back
                 pad = self.min_batch[name] - x.shape[0]
                 x = np.concatenate([x, np.zeros((pad, *x.shape[1:]), x.dtype)])
             if self.dynamic[name]:
-                compat.set_input_shape(self.context, self.engine, name, x.shape)
+                self._set_shape(name, x.shape)
             self.cuda.to_device(self.device[name], x)
         return int(n)
+
+    def _check_shape(self, name: str, shape) -> None:
+        lo, _, hi = self.ranges[name]
+        inside = len(shape) == len(hi) and shape[0] <= hi[0] and all(
+            a <= s <= b for s, a, b in zip(shape[1:], lo[1:], hi[1:]))
+        if inside:
+            return
+        if not self.dynamic[name]:
+            raise DataError(f"{self.label}: input '{name}' has shape {list(shape)}, the engine takes {list(hi)}")
+        raise DataError(f"{self.label}: input '{name}' has shape {list(shape)}, outside optimization profile "
+                        f"{self.profile}: the engine takes {list(lo)} to {list(hi)}")
 
     def run(self, batch: Mapping[str, np.ndarray], outputs: Sequence[str] | None = None) -> dict[str, np.ndarray]:
         with nvtx_range("calib.run"):
@@ -105,7 +127,7 @@ class TrtRunner:
         for name in outputs if outputs is not None else self.outputs:
             if name not in self.device or name in self.inputs:
                 raise CalibError(f"{self.label}: '{name}' is not an engine output")
-            host = np.empty(compat.context_shape(self.context, self.engine, name), self.dtypes[name])
+            host = np.empty(self._context_shape(name), self.dtypes[name])
             self.cuda.to_host(host, self.device[name])
             host = host[:n] if host.ndim and host.shape[0] >= n else host
             out[name] = host.astype(np.float32) if host.dtype == np.float16 else host
@@ -139,3 +161,4 @@ class TrtRunner:
         for ptr in self.device.values():
             self.cuda.free(ptr)
         self.device = {}
+        self.execute = self.context = None  # a profile serves one context at a time: let the next one have it
