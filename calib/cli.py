@@ -231,6 +231,13 @@ def _shapes(items) -> tuple:
 @click.option("--constraints", default="prefer", show_default=True, type=click.Choice(["prefer", "obey", "none"]))
 @click.option("--batch-size", default=1, show_default=True, type=click.IntRange(1), help="For a dynamic batch dim.")
 @click.option("--shape", "shapes", multiple=True, metavar="NAME=AxBxC", help="Fixed shape of an input; repeatable.")
+@click.option("--min-shape", "min_shapes", multiple=True, metavar="NAME=AxBxC",
+              help="Optimization profile: smallest shape of an input; repeatable (see --opt-shape).")
+@click.option("--opt-shape", "opt_shapes", multiple=True, metavar="NAME=AxBxC",
+              help="Optimization profile: the shape TensorRT tunes for; repeatable. The n-th --min/--opt/--max-shape "
+                   "of an input belong to profile n; calibration runs at profile 0's opt shape.")
+@click.option("--max-shape", "max_shapes", multiple=True, metavar="NAME=AxBxC",
+              help="Optimization profile: largest shape of an input; repeatable (see --opt-shape).")
 @click.option("--workspace-mb", default=4096, show_default=True, type=click.IntRange(16))
 @click.option("--opt-level", type=click.IntRange(0, 5), help="builder_optimization_level (TensorRT's default 3).")
 @click.option("--timing-cache", type=click.Path(dir_okay=False), help="Read before and written after the build.")
@@ -244,8 +251,8 @@ def _shapes(items) -> tuple:
 @_handled
 @with_data
 def build(model, out, cache, calibrator, data_args, precision, layer_precision, layer_precisions_file,
-          constraints, batch_size, shapes, workspace_mb, opt_level, timing_cache, tactic_sources, ignore_hash,
-          allow_unknown, strongly_typed, ignore_sidecar, allow_partial):
+          constraints, batch_size, shapes, min_shapes, opt_shapes, max_shapes, workspace_mb, opt_level, timing_cache,
+          tactic_sources, ignore_hash, allow_unknown, strongly_typed, ignore_sidecar, allow_partial):
     """Build a TensorRT engine from MODEL (FP32/FP16, INT8 from a cache, TensorRT's calibrator or Q/DQ)."""
     if cache:  # the sidecar, the model and every quantized layer's scale, before TensorRT is loaded
         from calib.cachecheck import CacheChecks, load_checked
@@ -258,6 +265,7 @@ def build(model, out, cache, calibrator, data_args, precision, layer_precision, 
     from calib.model import load_model
     from calib.patterns import check_layer_precisions
     from calib.runners.tensorrt.builder import BuildSpec, read_layer_precisions
+    from calib.runners.tensorrt.profiles import calibration_batch, from_options
 
     rules = tuple(layer_precision) + tuple(read_layer_precisions(layer_precisions_file) if layer_precisions_file else ())
     if rules:  # against the ONNX model's nodes, before TensorRT is loaded (no GPU needed to find a typo)
@@ -267,9 +275,11 @@ def build(model, out, cache, calibrator, data_args, precision, layer_precision, 
     spec = BuildSpec(precisions=tuple(p.strip() for p in precision.split(",") if p.strip()), layer_precisions=rules,
                      constraints=constraints, workspace_mb=workspace_mb, optimization_level=opt_level,
                      timing_cache=timing_cache, batch_size=batch_size, shapes=_shapes(shapes),
+                     profiles=from_options(min_shapes, opt_shapes, max_shapes),
                      tactic_sources=tuple(t.strip() for t in tactic_sources.split(",")) if tactic_sources else None,
                      strongly_typed=strongly_typed)
-    with materialized(data_args, model, batch_size if calibrator else 0) as (data, preprocess):
+    cal_batch = calibration_batch(spec.profiles, batch_size)
+    with materialized(data_args, model, cal_batch if calibrator else 0) as (data, preprocess):
         info = build_engine_file(model, out, spec, cache, calibrator, data, preprocess, ignore_hash, allow_unknown)
     counts = ", ".join(f"{k} {v}" for k, v in sorted(info["layer_summary"].items()))
     click.echo(f"wrote {out} ({'+'.join(info['precisions'])}, {info['build_seconds']:.1f} s; layers: {counts})")
@@ -277,27 +287,36 @@ def build(model, out, cache, calibrator, data_args, precision, layer_precision, 
 
 @main.command()
 @click.argument("engine", type=click.Path(dir_okay=False))
-@click.option("--batch-size", type=click.IntRange(1), help="Default: the engine's largest batch.")
+@click.option("--batch-size", type=click.IntRange(1), help="Time this batch (other dims at the profile's opt shape).")
+@click.option("--shape", "shapes", multiple=True, metavar="NAME=AxBxC",
+              help="Time this input shape (repeatable; other inputs at the profile's opt shape). Default: the min, "
+                   "opt and max shapes of every optimization profile.")
+@click.option("--profile", type=click.IntRange(0), help="Optimization profile to time (default: every profile; "
+                                                        "with --shape or --batch-size, profile 0).")
 @click.option("--iters", default=50, show_default=True, type=click.IntRange(1), help="Runs per timed group.")
 @click.option("--repeats", default=15, show_default=True, type=click.IntRange(1), help="Timed groups (median).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.option("--layers", is_flag=True, help="Also profile every engine layer (IProfiler): time, precision, tactic.")
 @click.option("--top", default=25, show_default=True, type=click.IntRange(1), help="With --layers: rows shown.")
 @_handled
-def bench(engine, batch_size, iters, repeats, as_json, layers, top):
-    """Latency and throughput of a TensorRT ENGINE (CUDA events, median of groups after warm-up)."""
+def bench(engine, batch_size, shapes, profile, iters, repeats, as_json, layers, top):
+    """Latency and throughput of a TensorRT ENGINE (CUDA events, median of groups after warm-up), a row per
+    optimization profile and shape."""
     from calib.engine_files import bench_engine_file
 
-    r = bench_engine_file(engine, batch_size, iters=iters, repeats=repeats, layers=layers)
+    rows = bench_engine_file(engine, batch_size, iters=iters, repeats=repeats, layers=layers,
+                             shapes=dict(_shapes(shapes)), profile=profile)
     if as_json:
-        click.echo(json.dumps(r, indent=2))
+        click.echo(json.dumps(rows, indent=2))
         return
-    click.echo(f"{engine}: batch {r['batch']}, median {r['median_ms']:.4f} ms "
-               f"(min {r['min_ms']:.4f}, max {r['max_ms']:.4f}), {r['throughput_per_s']:.0f} samples/s")
-    if layers:
-        from calib.runners.tensorrt.profile import format_table
+    for r in rows:
+        dims = ", ".join(f"{n} {'x'.join(map(str, s))}" for n, s in r["shapes"].items())
+        click.echo(f"{engine}: profile {r['profile']} {r['point']} ({dims}): median {r['median_ms']:.4f} ms "
+                   f"(min {r['min_ms']:.4f}, max {r['max_ms']:.4f}), {r['throughput_per_s']:.0f} samples/s")
+        if layers:
+            from calib.runners.tensorrt.profile import format_table
 
-        click.echo(format_table(r["profile"], top))
+            click.echo(format_table(r["layers"], top))
 
 
 @main.group()

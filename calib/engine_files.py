@@ -13,6 +13,7 @@ from calib.model import inspect_model
 from calib.runners.tensorrt import compat
 from calib.runners.tensorrt.builder import BuildSpec, build, is_qdq, write_engine
 from calib.runners.tensorrt.calibrators import cache_calibrator, make_calibrator, sample_shapes
+from calib.runners.tensorrt.profiles import calibration_batch
 
 log = logging.getLogger(__name__)
 
@@ -44,9 +45,10 @@ def build_engine_file(model, out, spec: BuildSpec, cache=None, calibrator: str |
             from calib.data.arrays import ArraySource, load_array
 
             name = info.inputs[0][0]
-            src = ArraySource(load_array(data), name, spec.batch_size, preprocess, label=str(data))
+            batch = calibration_batch(spec.profiles, spec.batch_size)  # profile 0's opt batch, if profiles
+            src = ArraySource(load_array(data), name, batch, preprocess, label=str(data))
             cache_out = out.with_suffix(".cache")
-            calib_obj = make_calibrator(calibrator, src, sample_shapes(src, [name]), spec.batch_size, cuda,
+            calib_obj = make_calibrator(calibrator, src, sample_shapes(src, [name]), batch, cuda,
                                         cache_out, info.sha256, trt)
             extra = {"cache": str(cache_out), "cache_algorithm": f"trt-{calibrator}", "data": str(data)}
         else:
@@ -75,30 +77,74 @@ def check_engine_sidecar(engine) -> None:
                          "rebuild, or remove the stale sidecar")
 
 
+POINTS = ("min", "opt", "max")
+
+
+def bench_points(runner, shapes: dict | None = None, batch_size: int | None = None) -> list[tuple[str, dict]]:
+    """(point, {input: shape}) to time on a runner's profile: the given shapes (other inputs at the profile's opt
+    shape, the batch replaced by `batch_size` if given), else each distinct of the profile's min, opt and max."""
+    if shapes or batch_size:
+        unknown = next((n for n in shapes or {} if n not in runner.inputs), None)
+        if unknown is not None:
+            raise CalibError(f"{runner.label}: --shape '{unknown}' is not an engine input "
+                             f"(inputs: {', '.join(runner.inputs)})")
+        point = {}
+        for name in runner.inputs:
+            shape = tuple((shapes or {}).get(name, runner.ranges[name][1]))
+            if batch_size and name not in (shapes or {}):
+                shape = (batch_size, *shape[1:])
+            point[name] = shape
+        return [("given", point)]
+    out, seen = [], set()
+    for k, tag in enumerate(POINTS):
+        point = {name: tuple(runner.ranges[name][k]) for name in runner.inputs}
+        key = tuple(point.items())
+        if key not in seen:
+            seen.add(key)
+            out.append((tag, point))
+    return out
+
+
+def _inside(runner, point: dict) -> None:
+    for name, shape in point.items():
+        lo, _, hi = runner.ranges[name]
+        if len(shape) != len(hi) or any(not a <= s <= b for s, a, b in zip(shape, lo, hi)):
+            raise CalibError(f"{runner.label}: input '{name}' shape {list(shape)} is outside optimization profile "
+                             f"{runner.profile} ({list(lo)} to {list(hi)})")
+
+
 def bench_engine_file(engine, batch_size: int | None = None, warmup: int = 50, iters: int = 50, repeats: int = 15,
-                      trt=None, cuda=None, layers: bool = False) -> dict:
-    """Latency of an engine file on random inputs (median over repeats of back-to-back runs); with `layers`, also
-    the per-layer profile (calib.runners.tensorrt.profile) under "profile"."""
+                      trt=None, cuda=None, layers: bool = False, shapes: dict | None = None,
+                      profile: int | None = None) -> list[dict]:
+    """Latency of an engine file on random inputs (median over repeats of back-to-back runs), one row per
+    optimization profile and shape: `shapes` ({input: shape}) or `batch_size` on `profile` (default 0), else the
+    min, opt and max shapes of `profile` or of every profile. With `layers`, each row also has the per-layer
+    profile (calib.runners.tensorrt.profile) under "layers"."""
     from calib.runners.tensorrt.runner import TrtRunner
 
     check_engine_sidecar(engine)
-    r = TrtRunner(engine, trt, cuda)
-    try:
-        rng = np.random.default_rng(0)
-        batch = {}
-        for name in r.inputs:
-            shape = list(r.max_shape[name])
-            if batch_size:
-                if batch_size > shape[0] or batch_size < r.min_batch[name]:
-                    raise CalibError(f"{engine}: batch {batch_size} is outside the engine's "
-                                     f"{r.min_batch[name]}..{shape[0]}")
-                shape[0] = batch_size
-            batch[name] = rng.standard_normal(shape).astype(r.dtypes[name])
-        out = {"engine": str(engine), **r.latency(batch, warmup, iters, repeats)}
-        if layers:
-            from calib.runners.tensorrt.profile import profile_layers
+    first = TrtRunner(engine, trt, cuda, profile=profile or 0)
+    count = first.profiles
+    first.close()
+    if profile is not None:
+        wanted = [profile]
+    else:
+        wanted = [0] if (shapes or batch_size) else list(range(count))
+    rows = []
+    rng = np.random.default_rng(0)
+    for k in wanted:
+        r = TrtRunner(engine, trt, cuda, profile=k)
+        try:
+            for tag, point in bench_points(r, shapes, batch_size):
+                _inside(r, point)
+                batch = {n: rng.standard_normal(s).astype(r.dtypes[n]) for n, s in point.items()}
+                row = {"engine": str(engine), "profile": k, "point": tag,
+                       "shapes": {n: list(s) for n, s in point.items()}, **r.latency(batch, warmup, iters, repeats)}
+                if layers:
+                    from calib.runners.tensorrt.profile import profile_layers
 
-            out["profile"] = profile_layers(r, batch, runs=max(5, min(iters, 50)))
-        return out
-    finally:
-        r.close()
+                    row["layers"] = profile_layers(r, batch, runs=max(5, min(iters, 50)))
+                rows.append(row)
+        finally:
+            r.close()
+    return rows

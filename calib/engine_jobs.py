@@ -17,6 +17,7 @@ from calib.recipe import Recipe
 from calib.runners.tensorrt import compat
 from calib.runners.tensorrt.builder import BuildSpec, Built, build, read_layer_precisions, write_engine
 from calib.runners.tensorrt.calibrators import cache_calibrator, make_calibrator, sample_shapes
+from calib.runners.tensorrt.profiles import calibration_batch, normalize, to_json
 from calib.runners.tensorrt.inspect import node_precisions
 from calib.runners.tensorrt.profile import format_table, profile_layers
 from calib.runners.tensorrt.runner import TrtRunner
@@ -62,8 +63,10 @@ def build_engines(recipe: Recipe, model_path: Path, info, amax: dict, calib_sour
     from calib.zoo import home
 
     timing = b.timing_cache or str(home() / f"trt-{trt.__version__}.timing")
+    profiles = normalize(b.profiles)
+    _check_batch(profiles, b.batch_size, recipe.source)
     base = dict(batch_size=b.batch_size, workspace_mb=b.workspace_mb, optimization_level=b.optimization_level,
-                timing_cache=timing, tactic_sources=tuple(b.tactic_sources) or None)
+                timing_cache=timing, tactic_sources=tuple(b.tactic_sources) or None, profiles=profiles)
     rules = layer_precision_rules(recipe)
     out = EngineSet()
     jobs = []
@@ -82,7 +85,8 @@ def build_engines(recipe: Recipe, model_path: Path, info, amax: dict, calib_sour
         inputs = sample_shapes(calib_source, [n for n, _, _ in info.inputs])
         cache = stage / f"tensorrt-{kind}.cache"
         jobs.append((f"trt-int8-tensorrt-{kind}", int8,
-                     lambda: make_calibrator(kind, calib_source, inputs, b.batch_size, cuda, cache, info.sha256, trt),
+                     lambda: make_calibrator(kind, calib_source, inputs, calibration_batch(profiles, b.batch_size),
+                                             cuda, cache, info.sha256, trt),
                      cache.name))
     nodes = quantizable_layers(_onnx(model_path))
     for name, spec, make, cache_name in jobs:
@@ -100,8 +104,17 @@ def build_engines(recipe: Recipe, model_path: Path, info, amax: dict, calib_sour
             out.predict[f"{algo}@engine"] = (algo, Exclusions(names=kept))
             log.info("%s: TensorRT kept %d of %d quantizable layers in float", name, len(kept), len(nodes))
     out.info = {"tensorrt": trt.__version__, "gpu": cuda.name(), "batch": b.batch_size,
+                "profiles": to_json(profiles),
                 "layer_precisions": list(rules), "engines": {}}
     return out
+
+
+def _check_batch(profiles, batch: int, recipe_file: str) -> None:
+    """Engines are evaluated and timed on profile 0 at backend.batch_size: it must fit under its max batch."""
+    for name, r in profiles[0] if profiles else ():
+        if batch > r.max[0]:
+            raise RecipeError(f"{recipe_file}: backend.batch_size {batch} is above the max batch {r.max[0]} of "
+                             f"input '{name}' in backend.profiles[0]")
 
 
 def _onnx(path):

@@ -112,6 +112,15 @@ class SensitivitySpec:
 
 
 @dataclass(frozen=True)
+class ShapeRangeSpec:
+    """One input's shapes in an optimization profile (backend.profiles: [{input: {min, opt, max}}, ...])."""
+
+    min: tuple[int, ...] = field(metadata=POSITIVE)
+    opt: tuple[int, ...] = field(metadata=POSITIVE)
+    max: tuple[int, ...] = field(metadata=POSITIVE)
+
+
+@dataclass(frozen=True)
 class BackendSpec:
     """Where INT8 is measured: the CPU simulation only (onnxruntime), or real TensorRT engines as well."""
 
@@ -121,6 +130,7 @@ class BackendSpec:
     layer_precisions_file: str | None = field(default=None, metadata=PATH)  # e.g. sensitivity's output
     constraints: str = field(default="prefer", metadata={"choices": ("prefer", "obey", "none")})
     batch_size: int = field(default=8, metadata=POSITIVE)  # engine batch (evaluation and latency)
+    profiles: tuple[dict[str, ShapeRangeSpec], ...] = ()  # optimization profiles (else the batch is fixed)
     workspace_mb: int = field(default=4096, metadata=POSITIVE)
     optimization_level: int | None = field(default=None, metadata={"min": 0, "max": 5})  # TensorRT's (default 3)
     timing_cache: str | None = field(default=None, metadata={"path": True, "output": True})
@@ -173,6 +183,11 @@ def _convert(value, tp, key: str, ctx: _Ctx, meta):
         if not isinstance(value, dict):
             ctx.fail(key, f"expected a mapping of {tp.__name__} keys, got {type(value).__name__}")
         return _build(tp, value, ctx, key)
+    if origin is dict:  # {name: value}: any string keys, values of one type
+        if not isinstance(value, dict) or not value:
+            ctx.fail(key, f"expected a mapping of names, got {value!r}")
+        inner = typing.get_args(tp)[1]
+        return {str(k): _convert(v, inner, f"{key}.{k}", ctx, meta) for k, v in value.items()}
     if origin is tuple:
         (inner, *_rest) = typing.get_args(tp)
         items = value if isinstance(value, list) else [value]
