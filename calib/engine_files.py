@@ -95,14 +95,10 @@ def bench_points(runner, shapes: dict | None = None, batch_size: int | None = No
                 shape = (batch_size, *shape[1:])
             point[name] = shape
         return [("given", point)]
-    out, seen = [], set()
+    tags: dict[tuple, list[str]] = {}  # a shape shared by min, opt or max is timed once, as "opt=max"
     for k, tag in enumerate(POINTS):
-        point = {name: tuple(runner.ranges[name][k]) for name in runner.inputs}
-        key = tuple(point.items())
-        if key not in seen:
-            seen.add(key)
-            out.append((tag, point))
-    return out
+        tags.setdefault(tuple((name, tuple(runner.ranges[name][k])) for name in runner.inputs), []).append(tag)
+    return [("=".join(t), dict(key)) for key, t in tags.items()]
 
 
 def _inside(runner, point: dict) -> None:

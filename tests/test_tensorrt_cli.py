@@ -40,10 +40,11 @@ def test_build_from_a_calib_cache_then_bench(tmp_path):
     assert side["layer_precisions"] == ["op:Gemm=fp32"] and side["input_shapes"]["input"] == [8, 3, 64, 64]
     r = calib_cli("bench", eng, "--json", "--iters", "2", "--repeats", "3")
     assert r.returncode == 0, r.stderr
-    assert json.loads(r.stdout)["batch"] == 8
+    rows = json.loads(r.stdout)  # a fixed-batch engine: one profile whose min = opt = max, one row
+    assert [(row["profile"], row["point"], row["batch"]) for row in rows] == [(0, "min=opt=max", 8)]
     r = calib_cli("bench", eng, "--json", "--iters", "5", "--repeats", "2", "--layers")
     assert r.returncode == 0, r.stderr
-    prof = json.loads(r.stdout)["profile"]
+    prof = json.loads(r.stdout)[0]["layers"]
     # every engine layer of the inspector, with its time (the stand-in reports 1 us x its index), precision, tactic
     names = [la["name"] for la in side["layers"]]
     assert [row["name"] for row in prof["layers"]] == names

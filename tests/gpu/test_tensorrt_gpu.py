@@ -186,7 +186,7 @@ def test_cli_build_and_bench(tmp_path, cuda):
     r = subprocess.run([sys.executable, "-m", "calib", "-q", "bench", str(eng), "--json"], capture_output=True,
                        text=True, env=env)
     assert r.returncode == 0, r.stderr
-    assert json.loads(r.stdout)["median_ms"] > 0
+    assert json.loads(r.stdout)[0]["median_ms"] > 0
     assert compat.version(trt) >= (8, 6, 0)
 
 
