@@ -283,6 +283,11 @@ def build(model, out, cache, calibrator, data_args, precision, layer_precision, 
         info = build_engine_file(model, out, spec, cache, calibrator, data, preprocess, ignore_hash, allow_unknown)
     counts = ", ".join(f"{k} {v}" for k, v in sorted(info["layer_summary"].items()))
     click.echo(f"wrote {out} ({'+'.join(info['precisions'])}, {info['build_seconds']:.1f} s; layers: {counts})")
+    if spec.profiles:
+        from calib.runners.tensorrt.profiles import describe
+
+        for k, prof in enumerate(info["profiles"]):
+            click.echo(f"  profile {k}: {describe(prof)}")
 
 
 @main.command()

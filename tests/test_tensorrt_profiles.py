@@ -197,6 +197,7 @@ def test_cli_build_with_profiles_then_bench_each_shape(tmp_path, data, ref):
                   "--min-shape", "input=33x3x64x64", "--opt-shape", "input=40x3x64x64",
                   "--max-shape", "input=64x3x64x64")
     assert r.returncode == 0, r.stderr
+    assert "profile 1: input 33x3x64x64..64x3x64x64 (opt 40x3x64x64)" in r.stdout
     side = json.loads((tmp_path / "cnn.engine.json").read_text())
     assert side["profiles"] == json.loads(json.dumps([{"input": {"min": _s(1), "opt": _s(8), "max": _s(32)}},
                                                       {"input": {"min": _s(33), "opt": _s(40), "max": _s(64)}}]))

@@ -141,6 +141,14 @@ def to_json(profiles: Sequence[Profile]) -> list[dict]:
     return [{n: r.as_dict() for n, r in prof} for prof in profiles]
 
 
+def describe(profile: Mapping[str, Mapping]) -> str:
+    """'input 1x3x64x64..32x3x64x64 (opt 8x3x64x64)' for a profile as the sidecar holds it."""
+    def text(s):
+        return "x".join(map(str, s))
+
+    return ", ".join(f"{n} {text(r['min'])}..{text(r['max'])} (opt {text(r['opt'])})" for n, r in profile.items())
+
+
 def calibration_batch(profiles: Sequence[Profile], default: int) -> int:
     """The batch of TensorRT's calibration profile: the first profile's opt batch (else `default`)."""
     if not profiles or not profiles[0]:
