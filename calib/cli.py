@@ -300,7 +300,7 @@ def build(model, out, cache, calibrator, data_args, precision, layer_precision, 
                                                         "with --shape or --batch-size, profile 0).")
 @click.option("--iters", default=50, show_default=True, type=click.IntRange(1), help="Runs per timed group.")
 @click.option("--repeats", default=15, show_default=True, type=click.IntRange(1), help="Timed groups (median).")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.option("--json", "as_json", is_flag=True, help="Print the rows as a JSON list.")
 @click.option("--layers", is_flag=True, help="Also profile every engine layer (IProfiler): time, precision, tactic.")
 @click.option("--top", default=25, show_default=True, type=click.IntRange(1), help="With --layers: rows shown.")
 @_handled
