@@ -183,11 +183,6 @@ def _convert(value, tp, key: str, ctx: _Ctx, meta):
         if not isinstance(value, dict):
             ctx.fail(key, f"expected a mapping of {tp.__name__} keys, got {type(value).__name__}")
         return _build(tp, value, ctx, key)
-    if origin is dict:  # {name: value}: any string keys, values of one type
-        if not isinstance(value, dict) or not value:
-            ctx.fail(key, f"expected a mapping of names, got {value!r}")
-        inner = typing.get_args(tp)[1]
-        return {str(k): _convert(v, inner, f"{key}.{k}", ctx, meta) for k, v in value.items()}
     if origin is tuple:
         (inner, *_rest) = typing.get_args(tp)
         items = value if isinstance(value, list) else [value]
