@@ -5,6 +5,7 @@ A calib cache is one with a sidecar, or one listed in the manifest of the folder
 """
 from __future__ import annotations
 
+import json
 import logging
 import math
 from dataclasses import dataclass
@@ -13,9 +14,9 @@ from pathlib import Path
 import onnx
 
 from calib.cache import (CalibrationCache, Sidecar, check_model_hash, format_cache, read_cache, read_sidecar,
-                         sidecar_path, validate_against, write_sidecar)
+                         sidecar_path, validate_against)
 from calib.errors import CacheError
-from calib.io import atomic_write_text, printable, sha256_file
+from calib.io import printable, recover_together, replace_together, sha256_file
 from calib.model import ModelInfo, load_model
 from calib.publish import read_manifest, refresh_manifest
 from calib.qdq import Exclusions, quantized_inputs
@@ -88,9 +89,26 @@ def unscaled(cache: CalibrationCache, model: onnx.ModelProto, exclude: Exclusion
     return out
 
 
+def recover_cache_pair(path: str | Path) -> None:
+    """Undo a cache + sidecar replacement that was killed between its two renames (calib.io.replace_together)."""
+    path = Path(path)
+
+    def consistent() -> bool:
+        try:
+            checked_sidecar(path, read_cache(path))
+            return True
+        except CacheError:
+            return False
+
+    if recover_together([sidecar_path(path), path], consistent):
+        log.warning("%s: an interrupted replacement was undone: the previous cache and sidecar are back",
+                    printable(path))
+
+
 def load_checked(path: str | Path, info: ModelInfo | None = None, checks: CacheChecks = CacheChecks(),
                  exclude: Exclusions = Exclusions(), model: onnx.ModelProto | None = None):
     """Read a cache and check it (against the model of `info`, when given); returns (cache, sidecar or None)."""
+    recover_cache_pair(path)
     cache = read_cache(path)
     if info is None:
         return cache, checked_sidecar(path, cache, checks.ignore_sidecar)
@@ -112,8 +130,9 @@ def load_checked(path: str | Path, info: ModelInfo | None = None, checks: CacheC
 def write_converted(out: str | Path, cache: CalibrationCache, side: dict | None, info: ModelInfo, carrier: str,
                     version: str, source: str | Path = "") -> Path:
     """The cache under another header, with its sidecar: the source's (the algorithm, parameters and data kept),
-    or for a cache without one (TensorRT's) a new one naming the model it was checked against. The sidecar is
-    written first: a run stopped between the two leaves a pair that disagrees, which is refused when read."""
+    or for a cache without one (TensorRT's) a new one naming the model it was checked against. Both are written
+    before either replaces the previous pair (calib.io.replace_together): a failure while writing changes nothing,
+    and a run killed between the two renames gets the previous pair back at the next read (recover_cache_pair)."""
     import calib
 
     side = side or {}
@@ -124,7 +143,9 @@ def write_converted(out: str | Path, cache: CalibrationCache, side: dict | None,
                  samples=side.get("samples", 0),
                  extra={**side.get("extra", {}), "converted_from": printable(Path(source).name)})
     text = format_cache(amax, version, carrier)
-    write_sidecar(out, sc)
-    path = atomic_write_text(out, text)
+    side_text = json.dumps(sc.to_json(), indent=2, sort_keys=True) + "\n"
+    path = Path(out)
+    replace_together([(sidecar_path(path), side_text.encode("utf-8", "backslashreplace")),
+                      (path, text.encode("utf-8", "backslashreplace"))])
     refresh_manifest(path.parent, [path.name, sidecar_path(path).name])  # a published cache rewritten in place
     return path

@@ -61,8 +61,10 @@ def cache_diff(a, b, top, ignore_sidecar):
     import numpy as np
 
     from calib.cache import read_cache
-    from calib.cachecheck import checked_sidecar
+    from calib.cachecheck import checked_sidecar, recover_cache_pair
 
+    recover_cache_pair(a)
+    recover_cache_pair(b)
     ca, cb = read_cache(a), read_cache(b)
     checked_sidecar(a, ca, ignore_sidecar)
     checked_sidecar(b, cb, ignore_sidecar)

@@ -65,13 +65,21 @@ def check_engine_sidecar(engine) -> None:
 
     from calib.io import sha256_file
 
+    from calib.io import recover_together
+
     side = Path(str(engine) + ".json")
+
+    def recorded():
+        try:
+            return json.loads(side.read_text()).get("engine_sha256")
+        except (OSError, ValueError, AttributeError):
+            raise CalibError(f"{side}: not a readable engine sidecar") from None
+
+    if recover_together([side, engine], lambda: recorded() in (None, sha256_file(engine))):
+        log.warning("%s: an interrupted build's write was undone: the previous engine and sidecar are back", engine)
     if not side.is_file() or not Path(engine).is_file():
         return
-    try:
-        want = json.loads(side.read_text()).get("engine_sha256")
-    except (OSError, ValueError, AttributeError):
-        raise CalibError(f"{side}: not a readable engine sidecar") from None
+    want = recorded()
     if want and want != sha256_file(engine):
         raise CalibError(f"{side}: describes another build than {Path(engine).name} (engine sha256 differs): "
                          "rebuild, or remove the stale sidecar")

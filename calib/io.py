@@ -64,3 +64,77 @@ def sha256_file(path: str | os.PathLike) -> str:
 
 def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+PREV = ".calib-prev"  # suffix of the hard links that keep a pair's previous files during its replacement
+
+
+def _stage_bytes(path: Path, data: bytes) -> str:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return tmp
+
+
+def replace_together(items: list[tuple[str | os.PathLike, bytes]]) -> list[Path]:
+    """Replace files that belong together (a cache and its sidecar, an engine and its .json).
+
+    Every new content goes to a temporary file beside its target first, so a failure while writing (a full disk)
+    changes nothing. The previous files are then kept as hard links `<name>.calib-prev` until all renames are done;
+    a process killed between the renames leaves them, and `recover_together` puts the previous pair back."""
+    paths = [Path(p) for p, _ in items]
+    for p in paths:
+        p.parent.mkdir(parents=True, exist_ok=True)
+    tmps: list[str] = []
+    try:
+        for p, (_, data) in zip(paths, items):
+            tmps.append(_stage_bytes(p, data))
+    except BaseException:
+        for t in tmps:
+            if os.path.exists(t):
+                os.unlink(t)
+        raise
+    prevs = []
+    for p in paths:
+        prev = p.with_name(p.name + PREV)
+        if prev.exists() or prev.is_symlink():
+            prev.unlink()
+        if p.is_file():
+            os.link(p, prev)
+            prevs.append(prev)
+    for p, t in zip(paths, tmps):
+        os.replace(t, p)
+    for prev in prevs:
+        prev.unlink()
+    return paths
+
+
+def recover_together(paths, consistent) -> bool:
+    """After a replacement killed between its renames: if `consistent()` says the current files do not belong
+    together, move the kept previous files back (True); stale links of a finished replacement are removed."""
+    paths = [Path(p) for p in paths]
+    prevs = [p.with_name(p.name + PREV) for p in paths]
+    if not any(prev.exists() for prev in prevs):
+        return False
+    if consistent():
+        for prev in prevs:
+            if prev.exists():
+                prev.unlink()
+        return False
+    for p, prev in zip(paths, prevs):
+        if prev.exists():
+            if p.exists() and os.path.samefile(prev, p):  # not replaced yet: rename(2) of one file is a no-op
+                prev.unlink()
+            else:
+                os.replace(prev, p)
+    return True

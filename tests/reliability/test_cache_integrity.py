@@ -110,19 +110,49 @@ def test_converted_cache_has_a_sidecar_and_refuses_another_model(made):
                             "-o", made / "q2.onnx"), "trt2.json")
 
 
-def test_interrupted_convert_leaves_a_pair_that_is_refused(made, monkeypatch):
-    """cache convert writes the sidecar, then the cache: stopped between the two, the pair is refused."""
+def test_interrupted_convert_keeps_the_previous_pair(made, monkeypatch):
+    """cache convert writes both files before replacing either: a full disk changes nothing, and a run killed
+    between the two renames gets the previous pair back at the next read."""
+    import os
+
+    import calib.io as cio
+
     out = made / "conv.cache"
     src = ["cache", "convert", made / "a" / "minmax.cache", "--model", made / "m.onnx", "--to", "cache", "-o", out]
     assert invoke(*src).exit_code == 0
-    import calib.cachecheck as cc
-
-    real = cc.atomic_write_text
-    monkeypatch.setattr(cc, "atomic_write_text", lambda *a: (_ for _ in ()).throw(OSError(28, "No space left", a[0])))
+    before = (out.read_bytes(), out.with_suffix(".json").read_bytes())
     src[2] = made / "b" / "minmax.cache"
-    one_line_failure(invoke(*src), "conv.cache", "No space left")
-    monkeypatch.setattr(cc, "atomic_write_text", real)
-    one_line_failure(invoke("cache", "inspect", out), "conv.json", "disagrees")
+    real_stage = cio._stage_bytes
+    calls = []
+
+    def full_at_second(path, data):
+        calls.append(path)
+        if len(calls) == 2:
+            raise OSError(28, "No space left on device", str(path))
+        return real_stage(path, data)
+
+    monkeypatch.setattr(cio, "_stage_bytes", full_at_second)
+    one_line_failure(invoke(*src), "conv", "No space left")
+    monkeypatch.setattr(cio, "_stage_bytes", real_stage)
+    assert (out.read_bytes(), out.with_suffix(".json").read_bytes()) == before
+    assert not [p for p in made.iterdir() if p.name.endswith(".tmp")]
+
+    real_replace, renames = os.replace, []
+
+    def killed_after_first(a, b):
+        renames.append(b)
+        if len(renames) == 2:
+            raise KeyboardInterrupt  # the process dies between the sidecar's rename and the cache's
+        return real_replace(a, b)
+
+    monkeypatch.setattr(cio.os, "replace", killed_after_first)
+    invoke(*src)
+    monkeypatch.setattr(cio.os, "replace", real_replace)
+    assert out.read_bytes() == before[0] and out.with_suffix(".json").read_bytes() != before[1]  # mixed on disk
+    r = invoke("cache", "inspect", out)  # the next read puts the previous pair back
+    assert r.exit_code == 0, r.output
+    assert (out.read_bytes(), out.with_suffix(".json").read_bytes()) == before
+    assert not [p for p in made.iterdir() if p.name.endswith(cio.PREV)]
 
 
 def test_dev_zero_as_a_cache_fails_fast(made):

@@ -3,6 +3,7 @@ fallback and per-layer precisions, or explicit INT8 from a Q/DQ model; engines w
 from __future__ import annotations
 
 import fnmatch
+import json
 import logging
 import os
 import re
@@ -14,7 +15,7 @@ import onnx
 
 import calib
 from calib.errors import CalibError, ModelError
-from calib.io import atomic_write_bytes, atomic_write_json, sha256_file
+from calib.io import atomic_write_bytes, replace_together, sha256_file
 from calib.nvtx import nvtx_range
 from calib.runners.tensorrt import compat, profiles as shape_profiles
 from calib.runners.tensorrt.inspect import parse_layers, summary
@@ -395,7 +396,7 @@ def write_engine(path, built: Built, extra: dict | None = None) -> Path:
     import hashlib
 
     info = {**built.info, **(extra or {}), "engine_bytes": len(built.plan),
-            "engine_sha256": hashlib.sha256(built.plan).hexdigest()}  # a pair cut between its two writes shows
-    atomic_write_bytes(path, built.plan)
-    atomic_write_json(path.with_suffix(path.suffix + ".json"), info)
+            "engine_sha256": hashlib.sha256(built.plan).hexdigest()}  # readers check the pair belongs together
+    side = (json.dumps(info, indent=2, sort_keys=True) + "\n").encode("utf-8", "backslashreplace")
+    replace_together([(path.with_suffix(path.suffix + ".json"), side), (path, built.plan)])  # both, or neither
     return path
