@@ -63,9 +63,7 @@ def check_engine_sidecar(engine) -> None:
     """An engine and its <engine>.json must come from the same build (the sidecar records the engine's sha256)."""
     import json
 
-    from calib.io import sha256_file
-
-    from calib.io import recover_together
+    from calib.io import recover_together, sha256_file
 
     side = Path(str(engine) + ".json")
 

@@ -199,8 +199,8 @@ def _groups(g: Graph, sites: list[Site]) -> list[Site]:
                if any(g.producer.get(t) is not None and g.nodes[g.producer[t]].op_type == CONCAT for t in ts)}
     out = []
     for s in sites:
-        members = concats.get(find(s.tensor)) if s.kind == "act" else None
-        out.append(Site(s.node, s.input, s.kind, s.tensor, s.scale_of, tuple(sorted(members))) if members else s)
+        group = concats.get(find(s.tensor)) if s.kind == "act" else None
+        out.append(Site(s.node, s.input, s.kind, s.tensor, s.scale_of, tuple(sorted(group))) if group else s)
     return out
 
 

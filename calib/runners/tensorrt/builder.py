@@ -18,7 +18,7 @@ from calib.errors import CalibError, ModelError
 from calib.io import atomic_write_bytes, replace_together, sha256_file
 from calib.nvtx import nvtx_range
 from calib.runners.tensorrt import compat, profiles as shape_profiles
-from calib.runners.tensorrt.inspect import parse_layers, summary
+from calib.runners.tensorrt.inspect import inspector_layers, summary
 
 log = logging.getLogger(__name__)
 PRECISIONS = ("fp32", "fp16", "int8")
@@ -380,12 +380,7 @@ def _calibrator_info(c) -> dict | None:
 
 
 def engine_layers(trt, plan: bytes) -> list[dict]:
-    runtime = trt.Runtime(trt_logger(trt))
-    engine = runtime.deserialize_cuda_engine(plan)
-    if engine is None or not hasattr(engine, "create_engine_inspector"):
-        return []
-    info = engine.create_engine_inspector().get_engine_information(trt.LayerInformationFormat.JSON)
-    return parse_layers(info)
+    return inspector_layers(trt.Runtime(trt_logger(trt)).deserialize_cuda_engine(plan), trt)
 
 
 def write_engine(path, built: Built, extra: dict | None = None) -> Path:

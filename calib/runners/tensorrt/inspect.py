@@ -57,6 +57,13 @@ def parse_layers(info: str | dict | list) -> list[dict]:
     return out
 
 
+def inspector_layers(engine, trt) -> list[dict]:
+    """parse_layers of a deserialized engine's inspector (empty where the TensorRT version has none)."""
+    if engine is None or not hasattr(engine, "create_engine_inspector"):
+        return []
+    return parse_layers(engine.create_engine_inspector().get_engine_information(trt.LayerInformationFormat.JSON))
+
+
 def split_fused(name: str) -> list[str]:
     """Network layer names inside an engine layer name: 'a + b', 'PWN(a, b)', 'Reformatting CopyNode for ...'."""
     if name.startswith("Reformatting CopyNode"):

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from calib.runners.tensorrt.inspect import parse_layers
+from calib.runners.tensorrt.inspect import inspector_layers
 
 
 def _profiler(trt):
@@ -26,12 +26,6 @@ def _profiler(trt):
             self.times.setdefault(str(layer_name), []).append(float(ms))
 
     return LayerTimes()
-
-
-def engine_layers(engine, trt) -> list[dict]:
-    if not hasattr(engine, "create_engine_inspector"):
-        return []
-    return parse_layers(engine.create_engine_inspector().get_engine_information(trt.LayerInformationFormat.JSON))
 
 
 def profile_layers(runner, batch: Mapping[str, np.ndarray], runs: int = 20, warmup: int = 10) -> dict:
@@ -49,7 +43,7 @@ def profile_layers(runner, batch: Mapping[str, np.ndarray], runs: int = 20, warm
             runner.cuda.sync(runner.stream)
     finally:
         runner.context.profiler = None
-    info = {layer["name"]: layer for layer in engine_layers(runner.engine, runner.trt)}
+    info = {layer["name"]: layer for layer in inspector_layers(runner.engine, runner.trt)}
     rows = []
     for name, ms in prof.times.items():
         layer = info.get(name, {})
