@@ -7,6 +7,7 @@ import click
 
 from calib.cli_common import cache_checks as _cache_checks
 from calib.cli_common import handled as _handled
+from calib.errors import CalibError
 
 
 @click.group()
@@ -94,20 +95,31 @@ def cache_diff(a, b, top, ignore_sidecar):
 @click.option("--ignore-hash", is_flag=True, help="Use a cache whose sidecar names another model.")
 @click.option("--allow-unknown", is_flag=True, help="Use a cache naming tensors the model lacks (ignored).")
 @click.option("--int8-weights", is_flag=True, help="Q/DQ: store weights as INT8 initializers (4x smaller file).")
+@click.option("--like-engine", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="Q/DQ: no Q/DQ on the layers this engine (built by calib build: its .json sidecar) ran in "
+                   "FP16/FP32, e.g. an implicit INT8 engine's choices carried to an explicit one.")
 @_cache_checks
 @click.option("--out", "-o", required=True, type=click.Path(dir_okay=False))
 @_handled
 def cache_convert(file, model, fmt, carrier, trt_version, exclude, ignore_hash, allow_unknown, int8_weights,
-                  ignore_sidecar, allow_partial, out):
+                  like_engine, ignore_sidecar, allow_partial, out):
     """Turn a cache into a Q/DQ ONNX model (TensorRT explicit quantization) or relabel its header (+ sidecar)."""
     from calib.cachecheck import CacheChecks, load_checked, write_converted
     from calib.io import atomic_write_bytes
     from calib.model import inspect_model, load_model
     from calib.patterns import check_exclusions
-    from calib.qdq import count_qdq, excluded_from, insert_qdq
+    from calib.qdq import Exclusions, count_qdq, excluded_from, insert_qdq
 
     proto = load_model(model)
     ex = check_exclusions(proto, exclude, model) if fmt == "qdq" else excluded_from(())
+    if like_engine and fmt != "qdq":
+        raise CalibError("--like-engine applies to --to qdq only")
+    like = []
+    if like_engine:
+        from calib.engine_like import exclusions_like
+
+        like = exclusions_like(proto, like_engine)
+        ex = Exclusions(ex.names + tuple(like), ex.op_types)
     info = inspect_model(model, proto)
     c, side = load_checked(file, info, CacheChecks(ignore_hash, allow_unknown, ignore_sidecar, allow_partial), ex,
                            proto)
@@ -117,7 +129,8 @@ def cache_convert(file, model, fmt, carrier, trt_version, exclude, ignore_hash, 
         return
     q = insert_qdq(proto, c.amaxes(), ex, int8_weights=int8_weights)
     atomic_write_bytes(out, q.SerializeToString())
-    click.echo(f"wrote {out} ({count_qdq(q)} Q/DQ pairs)")
+    kept = f"; {len(like)} layers left in float as in {like_engine}" if like_engine else ""
+    click.echo(f"wrote {out} ({count_qdq(q)} Q/DQ pairs{kept})")
 
 
 @click.group()

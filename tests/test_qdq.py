@@ -66,3 +66,49 @@ def test_low_opset_is_an_error(tmp_path):
 
     with pytest.raises(ModelError, match="opset >= 13"):
         insert_qdq(m, {})
+
+
+def test_like_engine_leaves_the_implicit_engines_float_layers_without_qdq(tmp_path):
+    """The real implicit engine of MobileNetV2 (H200, TensorRT 8.6) ran its 7x7 tail in FP16: a Q/DQ model made
+    --like-engine has no Q/DQ on exactly those four layers and the same Q/DQ everywhere else."""
+    import onnx
+
+    from conftest import golden
+    from test_cli import invoke
+
+    d = golden("mobilenet_v2")
+    model, cache, side = d / "mobilenet_v2_imagenet.onnx", d / "entropy2.cache", d / "implicit-percentile.engine.json"
+    r_all = invoke("cache", "convert", cache, "--model", model, "--to", "qdq", "-o", tmp_path / "all.onnx")
+    r_like = invoke("cache", "convert", cache, "--model", model, "--to", "qdq", "--like-engine", side,
+                    "-o", tmp_path / "like.onnx")
+    assert r_all.exit_code == 0 and r_like.exit_code == 0, r_like.output
+    assert "4 layers left in float" in r_like.output
+
+    def quantized(path):
+        g = onnx.load(path).graph
+        dq = {n.output[0] for n in g.node if n.op_type == "DequantizeLinear"}
+        return {n.name for n in g.node if n.op_type not in ("QuantizeLinear", "DequantizeLinear")
+                and any(i in dq for i in n.input)}
+
+    tail = {"/features/features.17/conv/conv.2/Conv", "/features/features.18/features.18.0/Conv",
+            "/GlobalAveragePool", "/classifier/classifier.1/Gemm"}
+    q_all, q_like = quantized(tmp_path / "all.onnx"), quantized(tmp_path / "like.onnx")
+    assert tail <= q_all and not tail & q_like
+    assert q_all - q_like == tail | {"/Flatten"}  # the Flatten between pool and Gemm carried the pool's scale
+
+
+def test_like_engine_refuses_an_engine_of_another_model(tiny_model, tiny_data, tmp_path):
+    from conftest import golden
+    from test_cli import invoke
+
+    assert invoke("calibrate", tiny_model, "--data", tiny_data, "--out", tmp_path, "--algo", "minmax").exit_code == 0
+    side = golden("mobilenet_v2") / "implicit-percentile.engine.json"
+    r = invoke("cache", "convert", tmp_path / "minmax.cache", "--model", tiny_model, "--to", "qdq", "--like-engine",
+               side, "-o", tmp_path / "q.onnx")
+    assert r.exit_code != 0 and "name none of the model's nodes" in r.output and r.output.count("\n") == 1
+    assert not (tmp_path / "q.onnx").exists()
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"layers": 3}')
+    r = invoke("cache", "convert", tmp_path / "minmax.cache", "--model", tiny_model, "--to", "qdq", "--like-engine",
+               bad, "-o", tmp_path / "q.onnx")
+    assert r.exit_code != 0 and "bad.json: holds no engine inspector layers" in r.output
