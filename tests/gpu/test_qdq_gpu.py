@@ -103,3 +103,24 @@ def test_concat_resize_maxpool_chain_stays_int8(tmp_path, cuda):
     r.close()
     want = OrtRunner(insert_qdq(m, amax), optimize=False).run({"input": x})["out"]
     assert np.abs(got - want).max() <= 0.05 * np.abs(want).max() + 1e-3
+
+
+def test_like_engine_qdq_keeps_the_implicit_engines_float_layers(tmp_path, cuda):
+    """An implicit INT8 engine is built; the Q/DQ model made --like-engine from its layers gives an explicit
+    engine whose float (FP16/FP32) Conv/Gemm/pooling/Add nodes are the implicit engine's."""
+    from calib.engine_like import float_nodes
+    from calib.qdq import Exclusions
+
+    amax = read_cache(GOLDEN / "mobilenet_v2" / "entropy2.cache").amaxes()
+    model = onnx.load(str(MBV2))
+    spec = BuildSpec(precisions=("int8", "fp16"), batch_size=32, optimization_level=LEVEL)
+    implicit = build(MBV2, spec, cache_calibrator(amax, trt), trt, cuda)
+    keep = float_nodes(model, implicit.layers)
+    q = tmp_path / "like.qdq.onnx"
+    onnx.save(insert_qdq(model, amax, Exclusions(tuple(keep))), str(q))
+    explicit = build(q, spec, None, trt, cuda)
+    ops = ("Conv", "Gemm", "Add", "GlobalAveragePool")
+    names = [n.name for n in model.graph.node if n.op_type in ops]
+    floats = {k for k, p in node_precisions(explicit.layers, names).items() if p != "int8"}
+    want = {k for k, p in node_precisions(implicit.layers, names).items() if p != "int8"}
+    assert floats == want, (sorted(floats), sorted(want))
