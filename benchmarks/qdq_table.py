@@ -33,6 +33,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from qdq_models import MODELS, BenchModel, sqnr_db, to_input  # noqa: E402
 
 JOBS = ("fp16", "implicit", "calib-qdq", "calib-qdq-like", "modelopt-qdq", "calib-qdq-int8w")
+RANK = ("rank-minmax", "rank-entropy", "rank-percentile", "rank-mse")  # implicit engines of every cache, accuracy only
 BUILD_ESTIMATE_S = {"mbv2": 150, "yolov3-tiny": 220, "yolov8n": 200}  # level 3 on an H200, with margin
 PROFILED = ("implicit", "calib-qdq", "calib-qdq-like", "modelopt-qdq", "calib-qdq-int8w")
 log = logging.getLogger("qdq_table")
@@ -144,6 +145,8 @@ def main() -> None:
     ap.add_argument("--data", default="/opt/extra/qdq22")
     ap.add_argument("--out")
     ap.add_argument("--opt-level", type=int, default=3)
+    ap.add_argument("--rank-level", type=int, default=1,
+                    help="builder level of the rank-<algo> engines (accuracy only: which cache the engines rank first)")
     ap.add_argument("--only", default=",".join(JOBS))
     ap.add_argument("--batch", type=int, default=0)
     ap.add_argument("--eval-limit", type=int, default=0)
@@ -158,9 +161,9 @@ def main() -> None:
     t_start = time.time()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     only = [j.strip() for j in args.only.split(",") if j.strip()]
-    bad = [j for j in only if j not in JOBS]
+    bad = [j for j in only if j not in JOBS + RANK]
     if bad:
-        ap.error(f"--only: '{bad[0]}' is not one of {', '.join(JOBS)}")
+        ap.error(f"--only: '{bad[0]}' is not one of {', '.join(JOBS + RANK)}")
     import tensorrt as trt
 
     import calib
@@ -206,7 +209,10 @@ def main() -> None:
         if name in table["engines"] and "error" not in table["engines"][name] and not args.redo:
             log.info("%s: already in %s, kept", name, out / "table.json")
             continue
+        ranked = name in RANK
         est = (1.25 * max(seen_build) if seen_build else BUILD_ESTIMATE_S[args.model]) + 20  # build + measuring
+        if ranked:
+            est = 60 + 10 * (args.model != "mbv2")  # level 0-1 builds take 10-40 s
         if time.time() - t_start + est > args.deadline_s:
             log.warning("%s: not started (%.0f s used, a build may take %.0f s, deadline %.0f s): run again",
                         name, time.time() - t_start, est, args.deadline_s)
@@ -217,6 +223,10 @@ def main() -> None:
             src, cal, prec = model, None, ("fp32", "fp16", "int8")
             if name == "fp16":
                 prec = ("fp32", "fp16")
+            elif ranked:
+                algo = name.split("-", 1)[1]
+                cal = cache_calibrator(read_cache(d / man["caches"][algo]), trt)
+                row["cache"] = f"{algo}.cache"
             elif name == "implicit":
                 cal = cache_calibrator(read_cache(cache), trt)
                 row["cache"] = f"{best}.cache"
@@ -236,25 +246,30 @@ def main() -> None:
                     raise RuntimeError("no ModelOpt Q/DQ model was prepared")
                 src = d / man["modelopt"]["file"]
                 row["cache"] = man["modelopt"].get("cache")
-            spec = BuildSpec(precisions=prec, batch_size=b, optimization_level=args.opt_level,
-                             timing_cache=args.timing_cache)
+            spec = BuildSpec(precisions=prec, batch_size=b,
+                             optimization_level=args.rank_level if ranked else args.opt_level,
+                             timing_cache=None if ranked else args.timing_cache)
             built = build(src, spec, cal, trt, cuda)
-            seen_build.append(built.seconds)
+            if not ranked:
+                seen_build.append(built.seconds)
             engine = write_engine(work / f"{name}.engine", built, {"benchmark": "qdq_table", "job": name})
             r = TrtRunner(built.plan, trt, cuda, label=name)
             try:
                 outs = align(run_all(r, m.input, x, b), ref)
-                lat = r.latency(lat_batch, warmup=50, iters=args.iters, repeats=args.repeats)
+                lat = (r.latency(lat_batch, warmup=50, iters=args.iters, repeats=args.repeats) if not ranked else
+                       {"median_ms": None, "min_ms": None, "max_ms": None})
                 if name in PROFILED:
                     profiles[name] = profile(r, engine, {m.input: lat_batch[m.input]})
             finally:
                 r.close()
             row.update({"precisions": list(built.info["precisions"]), "explicit_qdq": built.info["explicit_qdq"],
                         "layer_summary": built.info["layer_summary"], "build_s": round(built.seconds, 1),
+                        "opt_level": spec.optimization_level,
                         "median_ms": lat["median_ms"], "min_ms": lat["min_ms"], "max_ms": lat["max_ms"],
                         "engine_bytes": len(built.plan), "calibrator": built.info["calibrator"],
                         **accuracy(outs, ref, m, b)})
-            layers[name] = built.layers
+            if not ranked:
+                layers[name] = built.layers
         except Exception as exc:  # keep measuring the others
             log.exception("%s failed", name)
             row["error"] = f"{type(exc).__name__}: {exc}"[:600]
@@ -294,6 +309,18 @@ def markdown(table: dict) -> str:
         lines.append(f"| {name} | {ms:.4f} | {(fp16 / ms) if fp16 else float('nan'):.2f} | "
                      f"{(imp / ms) if imp else float('nan'):.2f} | {a} | "
                      f"{', '.join(f'{k} {v}' for k, v in sorted(r['layer_summary'].items()))} | {r['build_s']} |")
+    ranked = [(n, e[n]) for n in RANK if n in e]
+    if ranked:
+        lvl = next((r.get("opt_level") for _, r in ranked if "opt_level" in r), "?")
+        lines += ["", f"Implicit INT8 engines of every calib cache (builder level {lvl}, accuracy only):", "",
+                  "| cache | " + acc.strip("| ").replace(" | ", " | ") + " | engine layers |", "|---|---|---|---|"]
+        for n, r in ranked:
+            if "error" in r:
+                lines.append(f"| {n[5:]} | error: {r['error'][:120]} | | |")
+                continue
+            a = (f"{r['top1_agreement']:.3f} | {r['logits_sqnr_db']:.2f}" if cls else
+                 f"{r['map50_vs_fp32']:.3f} | {r['box_sqnr_db']:.2f}")
+            lines.append(f"| {n[5:]} | {a} | {', '.join(f'{k} {v}' for k, v in sorted(r['layer_summary'].items()))} |")
     if not cls:
         boxes = next((r.get("fp32_boxes") for r in e.values() if "fp32_boxes" in r), None)
         lines += ["", f"FP32 (ONNX Runtime) boxes at the decoding threshold: {boxes}"]
