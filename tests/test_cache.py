@@ -5,7 +5,7 @@ import struct
 import numpy as np
 import pytest
 
-from calib.cache import (amax_to_hex, check_model_hash, format_cache, parse_cache, read_cache, validate_against,
+from calib.cache import (amax_to_hex, check_model_hash, hex_to_scale, format_cache, parse_cache, read_cache, validate_against,
                          write_cache)
 from calib.errors import CacheError
 from calib.model import inspect_model
@@ -77,3 +77,15 @@ def test_hash_mismatch(tmp_path):
     with pytest.raises(CacheError, match="--ignore-hash"):
         check_model_hash(p, "cd" * 32)
     assert check_model_hash(p, "cd" * 32, override=True)["algorithm"] == "entropy"
+
+
+def test_reads_tensorrt_bits_without_leading_zeros():
+    """TensorRT 8.6 wrote 'negonly_relu: 0' for a ReLU output that was zero on every batch (a probe network on an
+    H200) and '(Unnamed Layer* 269) [Constant]_output: 0' in YOLOv8n's EntropyCalibration2 cache: the bits are
+    written without leading zeros."""
+    c = parse_cache("TRT-8600-EntropyCalibration2\nnegonly_relu: 0\n(Unnamed Layer* 269) [Constant]_output: 0\n"
+                    "x: 3c010204\ntiny: 1\n")
+    assert c.scales["negonly_relu"] == 0.0 and c.scales["(Unnamed Layer* 269) [Constant]_output"] == 0.0
+    assert c.scales["x"] == hex_to_scale("3c010204") and c.scales["tiny"] == hex_to_scale("00000001") > 0
+    with pytest.raises(CacheError, match="line 2"):
+        parse_cache("TRT-8600-EntropyCalibration2\nx: 3c0102040\n")
