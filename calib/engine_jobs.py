@@ -62,18 +62,26 @@ def build_engines(recipe: Recipe, model_path: Path, info, amax: dict, calib_sour
     b = recipe.backend
     from calib.zoo import home
 
-    timing = b.timing_cache or str(home() / f"trt-{trt.__version__}.timing")
+    def timing(precisions) -> str:
+        """The recipe's timing cache, else one per model and precision set: on TensorRT 8.6 a cache written by a
+        build of another graph (another model, or the same model in another precision) made Myelin refuse it
+        ("Myelin error from unknown graph") on YOLOv8n and MiniLM."""
+        if b.timing_cache:
+            return b.timing_cache
+        return str(home() / "timing" / f"trt-{trt.__version__}-{info.sha256[:16]}-{'+'.join(precisions)}.timing")
+
     profiles = normalize(b.profiles)
     _check_batch(profiles, b.batch_size, recipe.source)
     base = dict(batch_size=b.batch_size, workspace_mb=b.workspace_mb, optimization_level=b.optimization_level,
-                timing_cache=timing, tactic_sources=tuple(b.tactic_sources) or None, profiles=profiles)
+                tactic_sources=tuple(b.tactic_sources) or None, profiles=profiles)
     rules = layer_precision_rules(recipe)
     out = EngineSet()
     jobs = []
     for ref in b.reference:
-        jobs.append((f"trt-{ref}", BuildSpec(precisions=("fp32",) if ref == "fp32" else ("fp32", "fp16"), **base),
-                     lambda: None, None))
-    int8 = BuildSpec(precisions=tuple(b.precision), layer_precisions=rules, constraints=b.constraints, **base)
+        prec = ("fp32",) if ref == "fp32" else ("fp32", "fp16")
+        jobs.append((f"trt-{ref}", BuildSpec(precisions=prec, timing_cache=timing(prec), **base), lambda: None, None))
+    int8 = BuildSpec(precisions=tuple(b.precision), layer_precisions=rules, constraints=b.constraints,
+                     timing_cache=timing(tuple(b.precision)), **base)
     marked = replace(int8, mark_outputs=("*",))
     for algo, am in amax.items():
         feed = lambda am=am: cache_calibrator(am, trt, recipe.calibration.carrier)  # noqa: E731

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from calib.cache import read_cache
+from calib.io import sha256_file
 from conftest import GOLDEN, ROOT
 
 CNN = GOLDEN / "cnn" / "cnn.onnx"
@@ -151,6 +152,11 @@ output: out
     text = (out / "engine-profile.md").read_text()
     assert "## trt-int8-minmax" in text and "## trt-int8-percentile-marked" not in text
     assert "| engine layer | precision | ms | share | tactic |" in text
+    from calib.zoo import home
+
+    timing = sorted(p.name.rsplit("-", 1)[1] for p in (home() / "timing").glob(
+        f"trt-8.6.0-{sha256_file(CNN)[:16]}-*.timing"))  # one per precision set, none shared with other graphs
+    assert timing == ["fp32+fp16.timing", "fp32.timing", "int8+fp16.timing"], timing
 
 
 def test_sensitivity_with_tensorrt_backend_verifies_on_engines(tmp_path):
