@@ -6,6 +6,7 @@ import time
 from pathlib import Path
 
 
+from calib.data.groups import group_of
 from calib.errors import DataError
 from calib.evaluate import confidence
 from calib.evaluate.detect import DetectionTally
@@ -68,9 +69,13 @@ def evaluate(model, caches: dict, source, task: str = "outputs", detection: Dete
     det = DetectionTally(detection, names, info.outputs) if task == "detection" else None
     perturbed = {n for n, r in engines.items() if layerwise and getattr(r, "perturbed", False)}  # compare every output
     n = 0
+    groups, labelled_groups = [], []  # per sample: its group (crops of one photo share one), for the bootstrap
     total = len(source) if hasattr(source, "__len__") else None
     with bar("evaluate", total=total) as pbar:
         for batch, samples, meta in _batches(source):
+            gs = [group_of(s, n + j) for j, s in enumerate(samples)]
+            groups += gs
+            labelled_groups += [g for s, g in zip(samples, gs) if _labelled(s)]
             ref, tests = sim.compare(batch, comps, keep_reference=bool(perturbed))
             for name, runner in engines.items():
                 tests[name] = runner.run(batch, None if name in perturbed else list(info.outputs))
@@ -104,22 +109,28 @@ def evaluate(model, caches: dict, source, task: str = "outputs", detection: Dete
     if det_res is not None:
         result["fp32_task"] = det_res["fp32"]
         result["fp32_boxes"] = det_res["fp32_boxes"]
-    _intervals(result, names, task, info.outputs, comps, cls, det)
+    _intervals(result, names, task, info.outputs, comps, cls, det, groups, labelled_groups)
     return result
 
 
-def _intervals(result: dict, names, task: str, outputs, comps, cls, det) -> None:
-    """Each configuration's figures with 95 % intervals over samples ("intervals"), FP32's own figures against
-    labels ("fp32_intervals") and every pair of configurations compared on the primary metric ("paired")."""
+def _labelled(sample) -> bool:
+    lab = getattr(sample, "label", None)
+    return lab is not None and lab >= 0
+
+
+def _intervals(result: dict, names, task: str, outputs, comps, cls, det, groups=None, labelled_groups=None) -> None:
+    """Each configuration's figures with 95 % intervals over samples ("intervals"; over groups of samples where
+    they carry groups), FP32's own figures against labels ("fp32_intervals") and every pair of configurations
+    compared on the primary metric ("paired")."""
     t0 = time.perf_counter()
     figs, reps = {}, {}
     for name in names:
-        f, r = confidence.output_figures(comps[name], lowest=task == "outputs")
+        f, r = confidence.output_figures(comps[name], lowest=task == "outputs", groups=groups)
         if task == "classification":
-            f2, r2 = confidence.classification_figures(cls[name])
+            f2, r2 = confidence.classification_figures(cls[name], groups=groups, labelled_groups=labelled_groups)
         elif det is not None:
             f2, r2 = confidence.detection_figures(result["configs"][name]["task"], det.matches[name],
-                                                  len(det.images))
+                                                  len(det.images), groups=groups)
         else:
             f2, r2 = {}, {}
         figs[name], reps[name] = {**f2, **f}, {**r2, **r}
@@ -128,14 +139,15 @@ def _intervals(result: dict, names, task: str, outputs, comps, cls, det) -> None
     if task == "classification" and names:
         x = cls[names[0]].samples("ref1")
         if x.size:
-            fp32["top1"] = confidence.mean_figure(x)
+            fp32["top1"] = confidence.mean_figure(x, labelled_groups)
     elif det is not None and "vs_labels" in result.get("fp32_task", {}):
         f, _ = confidence.detection_figures({"vs_labels": result["fp32_task"]["vs_labels"]}, det.matches["fp32"],
-                                            len(det.images))
+                                            len(det.images), groups=groups)
         fp32 = {k: v for k, v in f.items() if k.endswith("labels")}
     result["fp32_intervals"] = fp32
     key = confidence.primary_metric(task, outputs)
     result["primary_metric"] = key
-    result["paired"] = confidence.paired(names, figs, reps, key, cls if task == "classification" else None)
-    result["bootstrap"] = confidence.method(task)
+    result["paired"] = confidence.paired(names, figs, reps, key, cls if task == "classification" else None,
+                                         groups)
+    result["bootstrap"] = confidence.method(task, groups)
     log.info("intervals and paired comparisons: %.1f s", time.perf_counter() - t0)
