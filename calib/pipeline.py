@@ -76,6 +76,31 @@ def check_backend(recipe: Recipe, model_path: Path | None = None) -> None:
     compat.load()
 
 
+def deployed_precision(recipe: Recipe, model_path: Path):
+    """The precision model of the build the recipe deploys (evaluation.deploy): read from an engine's inspector
+    (evaluation.engine_layers) or predicted by rules (calib.precision)."""
+    from calib import precision as pr
+
+    e = recipe.evaluation
+    model = onnx.load(str(model_path), load_external_data=False)
+    mode = "explicit" if e.deploy == "qdq" else "implicit"
+    if e.engine_layers:
+        pm = pr.from_inspector(pr.read_engine_layers(e.engine_layers), model, mode, Path(e.engine_layers).name)
+        from calib.fallback import quantizable_layers
+
+        q = quantizable_layers(model)
+        seen = [n for n in q if n in pm.nodes]
+        if len(seen) < len(q):
+            from calib.errors import RecipeError
+
+            missing = next(n for n in q if n not in pm.nodes)
+            raise RecipeError(f"{recipe.source}: evaluation.engine_layers: {e.engine_layers} describes "
+                              f"{len(seen)} of the model's {len(q)} quantizable layers ('{missing}' is not in it): "
+                              f"not an engine of {model_path}")
+        return pm
+    return pr.implicit_rules(model) if mode == "implicit" else pr.explicit_rules(model)
+
+
 def _run(recipe: Recipe, stage: Path, final: Path | None = None) -> None:
     t0 = time.perf_counter()
     model_path = original = resolve(recipe.model)
@@ -122,9 +147,12 @@ def _run(recipe: Recipe, stage: Path, final: Path | None = None) -> None:
         for name, (algo, excl) in es.predict.items():
             configs[name], exclude[name] = amax[algo], excl
         files += [f for f in (p.name for p in sorted(stage.glob("tensorrt-*"))) if f not in files]
+    pm = deployed_precision(recipe, model_path)
+    log.info("simulating the deployed build: %s", pm.describe())
+    precision = {a: pm for a in c.algorithms}
     try:
         result = evaluate(model_path, configs, esrc, recipe.evaluation.task, recipe.evaluation.detection,
-                          exclude=exclude, engines=engines)
+                          exclude=exclude, engines=engines, precision=precision)
         if es is not None:
             trt_engines.time_engines(es, make_source(espec, recipe.preprocess, inputs, recipe.backend.batch_size),
                                      recipe.backend.batch_size)
@@ -148,6 +176,7 @@ def _run(recipe: Recipe, stage: Path, final: Path | None = None) -> None:
               "calibration": {"samples": samples, "data_fingerprint": fp, "algorithms": list(c.algorithms),
                               "params": used, "seconds": secs, "nonfinite_left_out": left_out},
               "evaluation": {"samples": result["samples"], "configs": result["configs"]},
+              "precision_model": {**pm.to_json(), "text": pm.describe()},
               "fp32_task": result.get("fp32_task"), "summary": summ, "qdq_model": qdq_name, "files": files,
               "model_file": str(model_path), "out_dir": str(final or recipe.output),
               "caches": {a: f"{final or recipe.output}/{a}.cache" for a in c.algorithms}}

@@ -45,10 +45,12 @@ def _batches(source):
 
 def evaluate(model, caches: dict, source, task: str = "outputs", detection: DetectionSpec = DetectionSpec(),
              exclude: dict | None = None, layerwise: bool = True, engines: dict | None = None,
-             checks=None, batch_size: int = 8) -> dict:
+             checks=None, batch_size: int = 8, precision: dict | None = None) -> dict:
     """Compare FP32 with INT8 simulations, one per entry of `caches` (name -> cache path or {tensor: amax}), and
     with `engines` (name -> a runner of the same model, e.g. a TensorRT engine; compared on the outputs).
     Cache paths are checked like the CLI's (`checks`: a calib.cachecheck.CacheChecks for its override flags).
+    `precision`: name -> a calib.precision.PrecisionModel, to simulate that configuration as the engine it
+    describes runs it (default: calib's Q/DQ placement).
 
     `source`: a Source, or arrays as calib.calibrate takes them (an ndarray, a dict of arrays per model input, a
     .npy/.npz path), fed `batch_size` samples at a time."""
@@ -62,7 +64,7 @@ def evaluate(model, caches: dict, source, task: str = "outputs", detection: Dete
     clash = set(engines) & set(configs)
     if clash:
         raise DataError(f"configuration name '{sorted(clash)[0]}' is both a cache and an engine")
-    sim = Simulator(model, info, configs, exclude, layerwise)
+    sim = Simulator(model, info, configs, exclude, layerwise, precision=precision)
     names = list(configs) + list(engines)
     comps = {n: Comparison(n, outputs=tuple(info.outputs)) for n in names}
     cls = {n: Classification() for n in names}
@@ -97,6 +99,8 @@ def evaluate(model, caches: dict, source, task: str = "outputs", detection: Dete
         c = comps[name]
         entry = {"outputs": {o: c.tensors[o].result() for o in info.outputs if o in c.tensors},
                  "layers": c.layers(info) if (layerwise and name in configs) or name in perturbed else []}
+        if name in (precision or {}):
+            entry["precision_model"] = precision[name].to_json()
         if name in engines:
             entry["backend"] = getattr(engines[name], "backend", "engine")
             if name in perturbed:

@@ -9,7 +9,8 @@ import onnx
 
 from calib.evaluate.metrics import OutputRows, TensorStats
 from calib.model import ModelInfo
-from calib.qdq import Exclusions, count_qdq, insert_qdq
+from calib.engine_sim import simulated_model
+from calib.qdq import Exclusions, count_qdq
 from calib.runners.onnxruntime import OrtRunner
 
 log = logging.getLogger(__name__)
@@ -40,14 +41,15 @@ class Comparison:
 
 
 class Simulator:
-    """The FP32 model and one Q/DQ model per configuration, all exposing the same tensors.
+    """The FP32 model and one Q/DQ model per configuration, all exposing the same tensors (a configuration with a
+    precision model, calib.precision, is simulated as that engine runs it: calib.engine_sim).
 
     Memory stays bounded: the sessions share one ONNX Runtime arena (they run one at a time), and `compare` runs
     the exposed models `micro_batch` samples at a time, one configuration after the other, folding each one's
     tensors into its Comparison before the next runs; only the graph outputs are kept for the task metrics."""
 
     def __init__(self, model_path, info: ModelInfo, configs: dict, exclude: dict | None = None,
-                 layerwise: bool = True, micro_batch: int = 2):
+                 layerwise: bool = True, micro_batch: int = 2, precision: dict | None = None):
         self.info = info
         self.micro_batch = max(1, micro_batch)
         proto = onnx.load(str(model_path))
@@ -56,9 +58,9 @@ class Simulator:
         self.names = list(dict.fromkeys(self.outputs + expose))
         self.ref = OrtRunner(proto, expose=expose, spin=False, lean=True, label=str(model_path))
         self.tests = {}
-        exclude = exclude or {}
+        exclude, precision = exclude or {}, precision or {}
         for name, amax in configs.items():
-            q = insert_qdq(proto, amax, exclude.get(name, Exclusions()))
+            q = simulated_model(proto, amax, precision.get(name), exclude.get(name, Exclusions()))
             log.info("%s: %d Q/DQ pairs", name, count_qdq(q))
             self.tests[name] = OrtRunner(q, expose=expose, spin=False, lean=True, label=f"{model_path} ({name})")
             del q

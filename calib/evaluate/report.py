@@ -215,6 +215,15 @@ def _engine_blocks(report: dict) -> list[tuple]:
                doc.num(r["build_s"])] for r in rows])]
 
 
+def _simulation_text(report: dict) -> str:
+    pm = report.get("precision_model")
+    if not pm:
+        return "INT8 simulated on the CPU with Q/DQ (ONNX Runtime)."
+    floats = pm.get("float_nodes") or []
+    return (f"INT8 simulated on the CPU (ONNX Runtime) as the deployed build runs it, which ranks the algorithms: "
+            f"{pm['text']}" + (f" ({len(floats)} nodes in float)." if floats else "."))
+
+
 def _worst_table(layers: list[dict]) -> tuple:
     return ("table", ["tensor", "op", "SQNR vs FP32 (dB)", "cosine vs FP32"],
             [[f"`{l['tensor']}`", l["op_type"], doc.num(l["sqnr_db"], "sqnr_db"), doc.num(l["cosine"], "cosine")]
@@ -233,7 +242,7 @@ def blocks(report: dict, layer_png: str | None = None, hist_pngs=()) -> list[tup
             + (f", calibrated on {calib_n} samples" if isinstance(calib_n, int) else "")
             + f", evaluated on {report['evaluation']['samples']} {unit} ({s['task']}"
             + (f", {s['fp32_boxes']} FP32 boxes" if s.get("fp32_boxes") is not None else "")
-            + "). INT8 simulated on the CPU with Q/DQ (ONNX Runtime). " + doc.method_text(s))
+            + "). " + _simulation_text(report) + " " + doc.method_text(s))
     out += [("p", meta.strip())]
     out += [("h2", "Deploy"), ("code", doc.deploy_commands(report, ship)),
             ("h2", "What to try next"), ("list", doc.next_steps(report, s))]
