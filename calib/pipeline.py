@@ -121,6 +121,8 @@ def _run(recipe: Recipe, stage: Path, final: Path | None = None) -> None:
     equalized = None
     if c.equalize:
         model_path, info, equalized = equalize_model(model_path, csrc, stage)
+    pm = deployed_precision(recipe, model_path)  # a wrong evaluation.engine_layers fails before the pass
+    log.info("simulating the deployed build: %s", pm.describe())
     left_out: list = []  # samples holding NaN/Inf, with calibration_data.skip_nonfinite
     info, stats, samples, fp = collect(model_path, csrc, label=recipe.calibration_data.path, info=info,
                                        skip_nonfinite=recipe.calibration_data.skip_nonfinite, dropped=left_out)
@@ -137,7 +139,7 @@ def _run(recipe: Recipe, stage: Path, final: Path | None = None) -> None:
         files += [p.name, p.with_suffix(".json").name]
     log.info("caches written for %s (%d samples, %.1f s)", ", ".join(c.algorithms), samples,
              time.perf_counter() - t0)
-    configs, exclude, engines, es = dict(amax), {}, {}, None
+    configs, exclude, engines, es, extra_precision = dict(amax), {}, {}, None, {}
     if trt_backend:
         from calib import engine_jobs as trt_engines
 
@@ -146,10 +148,9 @@ def _run(recipe: Recipe, stage: Path, final: Path | None = None) -> None:
         engines = es.runners
         for name, (algo, excl) in es.predict.items():
             configs[name], exclude[name] = amax[algo], excl
+        extra_precision = dict(es.precision)
         files += [f for f in (p.name for p in sorted(stage.glob("tensorrt-*"))) if f not in files]
-    pm = deployed_precision(recipe, model_path)
-    log.info("simulating the deployed build: %s", pm.describe())
-    precision = {a: pm for a in c.algorithms}
+    precision = {**{a: pm for a in c.algorithms}, **extra_precision}
     try:
         result = evaluate(model_path, configs, esrc, recipe.evaluation.task, recipe.evaluation.detection,
                           exclude=exclude, engines=engines, precision=precision)

@@ -96,3 +96,43 @@ def test_shipped_crops_name_their_originals():
     originals = {group_of(s, i) for i, s in enumerate(photos)}
     assert {group_of(s, i) for i, s in enumerate(crops)} == originals  # every crop's group is one of the 18 photos
     assert len(originals) == 18
+
+
+def _folder(root, images, sources=None):
+    root.mkdir()
+    for name, a in images.items():
+        Image.fromarray(a).save(root / name)
+    if sources:
+        (root / "sources.json").write_text(json.dumps(sources))
+    return root
+
+
+def test_evaluation_of_duplicated_photos_equals_the_deduplicated_one(tmp_path, tiny_model):
+    """Each photo three times under one group: every interval (outputs and per layer) is that of the photos once."""
+    from calib.data.sources import make_source
+    from calib.evaluate.api import evaluate
+    from calib.model import inspect_model
+    from calib.recipe import DataSpec, PreprocessSpec
+
+    rng = np.random.default_rng(0)
+    photos = {f"p{i}.png": rng.integers(0, 255, (8, 8, 3), dtype=np.uint8) for i in range(12)}
+    once = _folder(tmp_path / "once", photos)
+    dup = _folder(tmp_path / "dup", {f"{k}_{n}": a for n, a in photos.items() for k in range(3)},
+                  {f"{k}_{n}": f"../once/{n}" for n in photos for k in range(3)})
+    info = inspect_model(tiny_model)
+    amax = {t: 2.0 for t in info.activations}
+    res = {}
+    for name, folder in (("once", once), ("dup", dup)):
+        src = make_source(DataSpec(kind="folder", path=str(folder)), PreprocessSpec(resize=(8, 8)), "input", 4)
+        res[name] = evaluate(tiny_model, {"int8": amax}, src, task="outputs")
+    a, b = res["once"]["configs"]["int8"], res["dup"]["configs"]["int8"]
+    assert res["dup"]["samples"] == 36 and res["dup"]["bootstrap"]["groups"] == 12
+    assert "groups" not in res["once"]["bootstrap"]
+    fa, fb = a["intervals"]["logits_sqnr_db"], b["intervals"]["logits_sqnr_db"]
+    assert fb["n"] == 36 and fb["groups"] == 12 and fb["ci95"] == pytest.approx(fa["ci95"], rel=1e-9)
+    la, lb = ({l["tensor"]: l for l in c["layers"]} for c in (a, b))
+    assert la.keys() == lb.keys() and len(la) > 3
+    for t in la:
+        assert la[t]["n"] == 12 and lb[t]["n"] == 36 and lb[t]["groups"] == 12
+        if la[t]["sqnr_ci95"] and np.isfinite(la[t]["sqnr_ci95"]).all():
+            assert lb[t]["sqnr_ci95"] == pytest.approx(la[t]["sqnr_ci95"], rel=1e-9)

@@ -98,7 +98,7 @@ def evaluate(model, caches: dict, source, task: str = "outputs", detection: Dete
     for name in names:
         c = comps[name]
         entry = {"outputs": {o: c.tensors[o].result() for o in info.outputs if o in c.tensors},
-                 "layers": c.layers(info) if (layerwise and name in configs) or name in perturbed else []}
+                 "layers": c.layers(info, n, groups) if (layerwise and name in configs) or name in perturbed else []}
         if name in (precision or {}):
             entry["precision_model"] = precision[name].to_json()
         if name in engines:
@@ -139,15 +139,20 @@ def _intervals(result: dict, names, task: str, outputs, comps, cls, det, groups=
             f2, r2 = {}, {}
         figs[name], reps[name] = {**f2, **f}, {**r2, **r}
         result["configs"][name]["intervals"] = figs[name]
-    fp32 = {}
+    fp32, fp32_reps = {}, {}
     if task == "classification" and names:
         x = cls[names[0]].samples("ref1")
         if x.size:
-            fp32["top1"] = confidence.mean_figure(x, labelled_groups)
+            fp32["top1"], fp32_reps["top1"] = confidence.mean_figure_reps(x, labelled_groups)
     elif det is not None and "vs_labels" in result.get("fp32_task", {}):
-        f, _ = confidence.detection_figures({"vs_labels": result["fp32_task"]["vs_labels"]}, det.matches["fp32"],
+        f, r = confidence.detection_figures({"vs_labels": result["fp32_task"]["vs_labels"]}, det.matches["fp32"],
                                             len(det.images), groups=groups)
         fp32 = {k: v for k, v in f.items() if k.endswith("labels")}
+        fp32_reps = {k: v for k, v in r.items() if k.endswith("labels")}
+    for name in names:
+        drop = confidence.drop_figure(task, figs[name], reps[name], fp32, fp32_reps)
+        if drop is not None:
+            figs[name]["drop"] = drop
     result["fp32_intervals"] = fp32
     key = confidence.primary_metric(task, outputs)
     result["primary_metric"] = key

@@ -62,6 +62,33 @@ def mean_figure(x, groups=None) -> dict:
     return _mean(x, u.SEED, groups)[0]
 
 
+def mean_figure_reps(x, groups=None) -> tuple[dict, np.ndarray]:
+    return _mean(x, u.SEED, groups)
+
+
+def drop_figure(task: str, figs: dict, reps: dict, fp32: dict, fp32_reps: dict) -> dict | None:
+    """The accuracy drop with its interval, as calib.evaluate.report.drop defines it: FP32's score against the
+    labels minus this configuration's (a paired difference: the same resamples), else 1 - the agreement with
+    FP32 (top-1 agreement, mAP50:95 against FP32's boxes)."""
+    pairs = {"classification": ("top1", "agreement_top1"), "detection": ("map50_95_labels", "map50_95_vs_fp32")}
+    if task not in pairs:
+        return None
+    labelled, vs_fp32 = pairs[task]
+    if labelled in figs and labelled in fp32 and labelled in fp32_reps:
+        a, b = fp32[labelled], figs[labelled]
+        if a["value"] is None or b["value"] is None:
+            return None
+        with np.errstate(invalid="ignore"):
+            r = np.asarray(fp32_reps[labelled]) - np.asarray(reps[labelled])
+        return u.figure(a["value"] - b["value"], r, b["n"], **{k: b[k] for k in ("groups", "boxes") if k in b},
+                        of=f"FP32 {labelled} - INT8 {labelled}")
+    if vs_fp32 in figs and figs[vs_fp32]["value"] is not None:
+        f = figs[vs_fp32]
+        return u.figure(1.0 - f["value"], 1.0 - np.asarray(reps[vs_fp32]), f["n"],
+                        **{k: f[k] for k in ("groups", "boxes") if k in f}, of=f"1 - {vs_fp32}")
+    return None
+
+
 def method(task: str, groups=None) -> dict:
     """How the intervals were made, for the report (with groups: how many, and that they were resampled)."""
     out = {"resamples": u.RESAMPLES, "seed": u.SEED, "level": u.LEVEL, "interval": "percentile",

@@ -28,16 +28,34 @@ class Comparison:
     def update(self, ref: dict, test: dict) -> None:
         for k, v in test.items():
             if k in ref and isinstance(v, np.ndarray) and v.dtype.kind == "f" and v.shape == ref[k].shape:
-                self.tensors.setdefault(k, TensorStats()).update(ref[k], v)
+                self.tensors.setdefault(k, TensorStats()).update(ref[k], v, per_row=True)
                 if k in self.outputs:
                     self.rows.setdefault(k, OutputRows()).update(ref[k], v)
 
-    def layers(self, info: ModelInfo) -> list[dict]:
+    def layers(self, info: ModelInfo, samples: int | None = None, groups=None) -> list[dict]:
+        """Per-tensor figures; with `samples` (the evaluation's count), the SQNR and cosine carry 95 % bootstrap
+        intervals over samples (over `groups` of them where given) when the tensor has one row per sample."""
         out = []
         for t in info.activations:
             if t in self.tensors:
-                out.append({"tensor": t, "op_type": info.op_types.get(t, "?"), **self.tensors[t].result()})
+                row = {"tensor": t, "op_type": info.op_types.get(t, "?"), **self.tensors[t].result()}
+                s = self.tensors[t].row_sums()
+                if samples and s.shape[0] == samples:
+                    row.update(_layer_intervals(s, groups))
+                out.append(row)
         return out
+
+
+def _layer_intervals(s: np.ndarray, groups) -> dict:
+    from calib.evaluate import uncertainty as u
+
+    n = s.shape[0]
+    f_sqnr, f_cos = u.sqnr_metric(s[:, 0], s[:, 1]), u.cosine_metric(s[:, 2], s[:, 0], s[:, 3])
+    both = u.replicates(lambda w: np.stack([f_sqnr(w), f_cos(w)], 1).reshape(-1), n, groups=groups)
+    sq, cos = u.percentile_interval(both[0::2]), u.percentile_interval(both[1::2])
+    gc = u.group_codes(groups)
+    return {"sqnr_ci95": list(sq) if sq else None, "cosine_ci95": list(cos) if cos else None, "n": n,
+            **({"groups": gc[1]} if gc else {})}
 
 
 class Simulator:

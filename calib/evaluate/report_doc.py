@@ -194,7 +194,7 @@ def method_text(s: dict) -> str:
                 f"resampled whole; top-1 agreement compared with the clustered McNemar test)")
     return (f"Intervals: {int(b['level'] * 100)} % bootstrap percentile intervals over {over} ({b['resamples']} "
             f"resamples, seed {b['seed']}); every algorithm is resampled with the same draws, so differences are "
-            "paired. Per-layer figures below are diagnostics, without intervals.")
+            "paired. Per-layer figures below carry intervals made the same way.")
 
 
 _INLINE = re.compile(r"\*\*(.+?)\*\*|`(.+?)`")
