@@ -1,6 +1,7 @@
 """The precision model against real TensorRT 8.6 engines (H200): the rules' prediction per ONNX node, scored on
 each engine's inspector output (benchmarks/trt86-h200, the golden), and the simulation it drives."""
 import json
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -129,3 +130,20 @@ def test_engine_layers_file_errors(tmp_path):
         P.read_engine_layers(p)
     p.write_text(json.dumps({"Layers": ["conv1 + relu1"]}))  # the inspector's names-only verbosity
     assert P.read_engine_layers(p)[0]["fused"] == ["conv1", "relu1"]
+
+
+SIDECARS = sorted(TRT.glob("*/*.engine.json"))
+
+
+@pytest.mark.parametrize("path", SIDECARS, ids=[p.parent.name for p in SIDECARS])
+def test_rules_hold_on_every_recorded_engine_sidecar(path):
+    """Any engine a recipe run wrote (implicit INT8 from a calib cache, no layer precisions): the rules must get
+    at least 95 % of its quantizable layers right, int8 or float."""
+    from calib.zoo import fetch
+
+    side = json.loads(path.read_text())
+    assert not side["explicit_qdq"] and not side["layer_precisions"]
+    model = onnx.load(str(fetch(Path(side["model"]).stem)), load_external_data=False)  # a zoo model's file
+    q = quantizable_layers(model)
+    h = P.hit_rate(P.implicit_rules(model), P.from_inspector(side["layers"], model), q)
+    assert h["nodes"] >= 0.9 * len(q) and h["int8_vs_float"] >= 0.95 * h["nodes"], h["misses"]
