@@ -12,12 +12,13 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 
 import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from calib.precision import INT8, PrecisionModel, node_name
+from calib.precision import FP16, INT8, PrecisionModel, node_name
 from calib.qdq import Exclusions, _order, _pair, _weight_pair, insert_qdq
 from calib.fallback import quantizable_layers
 from calib.placement import WEIGHTED
@@ -35,6 +36,9 @@ def simulated_model(model: onnx.ModelProto, amax: dict, pm: PrecisionModel | Non
     if pm.mode == "explicit":
         kept = pm.float_nodes(quantizable_layers(model))
         return insert_qdq(model, amax, Exclusions(exclude.names + kept, exclude.op_types))
+    if exclude.names or exclude.op_types:  # layers asked in float (--exclude, a fallback list) run in FP16
+        left = {node_name(n) for n in model.graph.node if exclude.excludes(n)}
+        pm = replace(pm, nodes={k: (FP16 if k in left and p == INT8 else p) for k, p in pm.nodes.items()})
     return implicit_qdq(model, amax, pm)
 
 

@@ -147,3 +147,46 @@ def test_rules_hold_on_every_recorded_engine_sidecar(path):
     q = quantizable_layers(model)
     h = P.hit_rate(P.implicit_rules(model), P.from_inspector(side["layers"], model), q)
     assert h["nodes"] >= 0.9 * len(q) and h["int8_vs_float"] >= 0.95 * h["nodes"], h["misses"]
+
+
+def test_evaluate_with_an_engine_sidecar_simulates_its_float_tail(tmp_path, mbv2):
+    """calib evaluate --engine-layers: the engine that ran its 7x7 tail in FP16 is simulated with it in float."""
+    from click.testing import CliRunner
+
+    from calib.cli import main
+
+    side = tmp_path / "mbv2.engine.json"
+    side.write_text(json.dumps({"layers": json.loads((TRT / "qdq" / "layers.json").read_text())["implicit"]}))
+    x = np.load(golden("mobilenet_v2", "photos_224.npy"))[:6]
+    data = tmp_path / "x.npy"
+    np.save(data, x)
+    model = golden("mobilenet_v2", "mobilenet_v2_imagenet.onnx")
+    out = {}
+    for name, extra in (("rules", []), ("engine", ["--engine-layers", str(side)])):
+        r = CliRunner().invoke(main, ["evaluate", str(model), "--cache", str(golden("mobilenet_v2", "minmax.cache")),
+                                      "--data", str(data), "--preprocess", "imagenet", "--no-layerwise",
+                                      "--out", str(tmp_path / name), *extra])
+        assert r.exit_code == 0, r.output
+        out[name] = json.loads((tmp_path / name / "report.json").read_text())
+    pm = out["engine"]["precision_model"]
+    assert pm["source"] == "inspector" and sorted(n for n in pm["float_nodes"] if n in TAIL) == sorted(TAIL)
+    assert out["rules"]["precision_model"]["source"] == "rules"
+    assert "precisions from the engine inspector (mbv2.engine.json)" in (tmp_path / "engine" / "report.md").read_text()
+    sq = {k: v["evaluation"]["configs"]["minmax"]["outputs"]["logits"]["sqnr_db"] for k, v in out.items()}
+    assert sq["engine"] > sq["rules"]  # four layers fewer in INT8: closer to FP32
+
+
+def test_an_engine_of_another_model_is_refused(tmp_path, tiny_model, tiny_data):
+    from click.testing import CliRunner
+
+    from calib.cli import main
+
+    side = tmp_path / "other.engine.json"
+    side.write_text((TRT / "yolo" / "yolov3-tiny.mse.engine.json").read_text())
+    r = CliRunner().invoke(main, ["calibrate", str(tiny_model), "--data", str(tiny_data), "--algo", "minmax",
+                                  "--out", str(tmp_path / "c")])
+    assert r.exit_code == 0, r.output
+    r = CliRunner().invoke(main, ["evaluate", str(tiny_model), "--cache", str(tmp_path / "c" / "minmax.cache"),
+                                  "--data", str(tiny_data), "--engine-layers", str(side), "--out", str(tmp_path / "o")])
+    assert r.exit_code != 0 and "other.engine.json" in r.output and "not an engine of this model" in r.output
+    assert "Traceback" not in r.output and len(r.output.strip().splitlines()) == 1
