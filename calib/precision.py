@@ -184,12 +184,21 @@ def from_inspector(layers: list[dict], model: onnx.ModelProto, mode: str = "impl
     names = [node_name(n) for n in model.graph.node if n.op_type not in SKIP]
     known = set(names)
     prec = node_precisions(layers, names)
+    g = Graph.of(model)
+    for node in g.nodes:  # a Concat TensorRT removed by copying its inputs into its output ('<input> copy' layers):
+        # INT8 when what it joins is (its inputs rounded with their own scales, then copied at the Concat's)
+        if node.op_type == "Concat" and node_name(node) not in prec:
+            made = [g.producer.get(t) for t in node.input if t and t not in g.constants]
+            if made and all(i is not None and prec.get(node_name(g.nodes[i])) == INT8 for i in made):
+                prec[node_name(node)] = INT8
     groups = []
     for layer in layers:
         parts = [p[len("node_of_"):] if p not in known and p.startswith("node_of_") else p for p in layer["fused"]]
         parts = [p for p in parts if p in known]
         if parts:
             groups.append(tuple(dict.fromkeys(parts)))
+    grouped = {n for grp in groups for n in grp}
+    groups += [(n,) for n in prec if n not in grouped]
     return PrecisionModel(mode, "inspector", prec, tuple(groups), detail)
 
 

@@ -66,8 +66,9 @@ def test_rules_hit_rate_on_the_yolov3_tiny_engine(yolo):
     side = json.loads((TRT / "yolo" / "yolov3-tiny.mse.engine.json").read_text())
     actual = P.from_inspector(side["layers"], yolo)
     h = P.hit_rate(P.implicit_rules(yolo), actual)
-    assert (h["nodes"], h["int8_vs_float"], h["exact"], h["misses"]) == (53, 53, 53, [])
-    assert h["fusions"] == h["int8_layers"] == 21  # incl. layer0's LeakyRelu, a layer of its own
+    assert (h["nodes"], h["int8_vs_float"], h["exact"], h["misses"]) == (54, 54, 54, [])
+    assert h["fusions"] == h["int8_layers"] == 22  # incl. layer0's LeakyRelu, a layer of its own
+    assert actual.nodes["layer20_route"] == "int8"  # removed by TensorRT: its inputs copied in INT8
     fp32 = sorted(n for n, p in actual.nodes.items() if p == "fp32")
     assert len(fp32) == 22 and all(n.startswith(("yolo0_", "yolo1_")) for n in fp32)  # the decoding, in FP32
     assert all(actual.nodes[n] == "int8" for n in quantizable_layers(yolo) if n in actual.nodes)
@@ -111,6 +112,9 @@ def test_implicit_simulation_rounds_where_the_yolo_engine_does(yolo):
     # upsampled layer18's), the engine with its own (2) and then again with the Concat's as it copies it in
     assert placement["layer8_convolutional_leaky"] == [6.0] and engine["layer8_convolutional_leaky"] == [2.0]
     assert placement["layer20_route"] == engine["layer20_route"] == [6.0]
+    side = json.loads((TRT / "yolo" / "yolov3-tiny.mse.engine.json").read_text())
+    inspected = _scales(simulated_model(yolo, amax, P.from_inspector(side["layers"], yolo)))
+    assert inspected == engine  # the engine's own inspector output: the same rounding as the rules
 
 
 def test_explicit_model_leaves_the_engines_float_layers_out(mbv2):
