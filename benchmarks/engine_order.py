@@ -43,7 +43,23 @@ def engine_scores() -> dict:
     if v8.is_file():
         out["yolov8n-320"] = {"metric": "map50_95_vs_fp32", "scores": _report_scores(v8),
                               "source": "trt86-h200/yolov8n/report.json"}
+    for table in sorted(TRT.glob("qdq*/table.json")) + sorted(TRT.glob("qdq*/qdq-*/table.json")):
+        got = _rank_scores(table)  # qdq_table.py's rank-<algo> engines: where nothing better is recorded
+        if got and got[0] not in out:
+            out[got[0]] = {"metric": got[1], "scores": got[2], "source": str(table.relative_to(HERE))}
     return out
+
+
+def _rank_scores(path: Path):
+    """(zoo model, CPU metric, {algorithm: score}) of qdq_table.py's rank-<algo> rows, or None."""
+    t = json.loads(path.read_text())
+    model = {"mbv2": "mobilenet_v2", "yolov3-tiny": "yolov3-tiny", "yolov8n": "yolov8n-320"}.get(t.get("model"))
+    rows = {n[len("rank-"):]: r for n, r in t.get("engines", {}).items() if n.startswith("rank-") and "error" not in r}
+    if not model or not rows:
+        return None
+    key, metric = (("top1_agreement", "agreement_top1") if model == "mobilenet_v2" else
+                   ("map50_vs_fp32", "map50_vs_fp32"))
+    return model, metric, {a: r[key] for a, r in rows.items() if a in ALGOS and r.get(key) is not None}
 
 
 def _report_scores(path: Path) -> dict:

@@ -159,11 +159,14 @@ def explicit_rules(model: onnx.ModelProto, exclude=lambda node: False) -> Precis
 
 
 def read_engine_layers(path: str | Path) -> list[dict]:
-    """Engine layers from an engine's JSON sidecar ({"layers": [...]}, calib.runners.tensorrt.builder), or from
-    the inspector's own JSON ({"Layers": [...]}, detailed or names only)."""
+    """Engine layers from an engine's JSON sidecar ({"layers": [...]}, calib.runners.tensorrt.builder; an engine
+    file is read through its sidecar), or from the inspector's own JSON ({"Layers": [...]}, detailed or names
+    only)."""
     from calib.runners.tensorrt.inspect import parse_layers
 
     p = Path(path)
+    if p.suffix != ".json" and Path(f"{p}.json").is_file():  # an engine file: its sidecar (calib build writes it)
+        p = Path(f"{p}.json")
     try:
         data = json.loads(p.read_text(), strict=False)
     except (OSError, ValueError) as exc:
