@@ -96,7 +96,8 @@ def check(record: dict, engine: dict) -> dict:
 def extract(report: dict) -> dict:
     s = report["summary"]
     key = s["metric"]
-    return {"recipe": report["recipe_file"].split("/")[-1], "model": report["model"],
+    model = report["model"] if report["model"].startswith("zoo:") else Path(report["model"]).name
+    return {"recipe": report["recipe_file"].split("/")[-1], "model": model,
             "samples": report["evaluation"]["samples"], "bootstrap": s.get("bootstrap"),
             "precision_model": (report.get("precision_model") or {}).get("text"),
             "decision": {k: s["decision"].get(k) for k in ("status", "ship", "best", "runner_up", "tied", "reason",
