@@ -3,6 +3,7 @@
 # requirements-device.txt wheels for Python 3.10, from the repository root:
 #   bash benchmarks/run_gpu.sh tests|table|table2|table-fallback|table-eq|sens-engine|yolo OUT PHOTOS
 # PHOTOS: the 256 golden photos (tests/golden/trt86-h200/make_calib_data.py writes them).
+#   bash benchmarks/run_gpu.sh yolov8n OUT [MODEL] [LEVEL]   recipes/yolov8n.yaml's engines (engine_order.py)
 #   bash benchmarks/run_gpu.sh qdq OUT MODEL [JOBS]     issue 22's table for one model (mbv2|yolov3-tiny|yolov8n);
 #   JOBS: a comma list of fp16,implicit,calib-qdq,modelopt-qdq (built in that order; default all). Data: what
 #   benchmarks/qdq_prepare.py wrote, staged as an extra (/opt/extra/qdq22, or $QDQ_DATA). Results accumulate in
@@ -53,6 +54,15 @@ case $step in
       --set backend.optimization_level=1 -o runs/yolo-trt >> "$out/yolo.log" 2>&1
     echo "exit $?" >> "$out/yolo.log"; tail -30 "$out/yolo.log"
     tar czf "$out/yolo-trt.tgz" --exclude='*.engine' --exclude='*.onnx' -C runs yolo-trt
+    ;;
+  yolov8n)  # the YOLOv8n recipe with the TensorRT backend: its engines' order for benchmarks/engine_order.py
+    # (MODEL: the zoo's yolov8n-320.onnx, staged; LEVEL: builder optimization level, default 1)
+    model=${3:-/opt/extra/yolov8n/yolov8n-320.onnx} level=${4:-1}
+    timeout -s ABRT 450 $py -X faulthandler -m calib run recipes/yolov8n.yaml --set backend.kind=tensorrt \
+      --set backend.optimization_level="$level" --set model="$model" --set backend.trt_calibrator=null \
+      --set "backend.reference=[fp16]" -o runs/yolov8n-trt > "$out/yolov8n.log" 2>&1
+    echo "exit $?" >> "$out/yolov8n.log"; grep -v 'it/s\|img/s' "$out/yolov8n.log" | tail -30
+    tar czf "$out/yolov8n-trt.tgz" --exclude='*.engine' --exclude='*.onnx' -C runs yolov8n-trt
     ;;
   qdq)  # issue 22: FP16, implicit INT8 from calib's best cache, calib's and ModelOpt's Q/DQ models from it
     m=$3 res=/tmp/qdq22/$3

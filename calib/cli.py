@@ -122,11 +122,15 @@ def calibrate(model, data_args, algo, batch_size, percentile, trt_version, carri
               help="Keep in float (per-layer precision): node/output name glob or op:<OpType>; repeatable.")
 @click.option("--layerwise/--no-layerwise", default=True, show_default=True, help="Compare every tensor.")
 @_cache_checks
+@click.option("--deploy", type=click.Choice(["implicit", "qdq"]), default="implicit", show_default=True,
+              help="simulate the build that will be deployed: implicit INT8 from the cache, or the Q/DQ model")
+@click.option("--engine-layers", type=click.Path(exists=True, dir_okay=False),
+              help="an engine's JSON sidecar or inspector JSON: simulate what that engine runs in INT8/FP16/FP32")
 @click.option("--out", "-o", required=True, type=click.Path(file_okay=False))
 @_handled
 @with_data
 def evaluate(model, caches, data_args, batch_size, task, ignore_hash, allow_unknown, exclude, layerwise,
-             ignore_sidecar, allow_partial, out):
+             ignore_sidecar, allow_partial, deploy, engine_layers, out):
     """Compare MODEL in FP32 with its INT8 simulation under each --cache; write a report to OUT."""
     from calib.cachecheck import CacheChecks, load_checked
     from calib.evaluate.api import evaluate as run_eval
@@ -134,6 +138,7 @@ def evaluate(model, caches, data_args, batch_size, task, ignore_hash, allow_unkn
     from calib.evaluate.tasks import check_task
     from calib.model import inspect_model, load_model
     from calib.patterns import check_exclusions
+    from calib.pipeline import deployed_precision
     from calib.publish import publish
     from calib.recipe import DetectionSpec
     from calib.stats import HistogramCollector
@@ -151,9 +156,12 @@ def evaluate(model, caches, data_args, batch_size, task, ignore_hash, allow_unkn
         configs[name if name not in configs else c] = cf.amaxes()
     src = make_cli_source(data_args, info, batch_size)
     detection = DetectionSpec(format=found) if found else DetectionSpec()
-    res = run_eval(model, configs, src, task, detection, exclude={n: ex for n in configs}, layerwise=layerwise)
+    pm = deployed_precision(model, deploy, engine_layers, "--engine-layers")
+    res = run_eval(model, configs, src, task, detection, exclude={n: ex for n in configs}, layerwise=layerwise,
+                   precision={n: pm for n in configs})
     report = {"recipe": Path(model).stem, "model": str(model), "model_sha256": info.sha256,
               "calibration": {"samples": "-"}, "evaluation": {"samples": res["samples"], "configs": res["configs"]},
+              "precision_model": {**pm.to_json(), "text": pm.describe()},
               "fp32_task": res.get("fp32_task"), "summary": summary(res),
               "files": ["report.json", "report.md", "report.html"], "model_file": str(model),
               "caches": {name: str(c) for name, c in zip(configs, caches)}, "out_dir": str(out)}

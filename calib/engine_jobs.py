@@ -12,6 +12,7 @@ from calib.errors import RecipeError
 from calib.io import atomic_write_text
 from calib.evaluate.report import primary_score
 from calib.fallback import quantizable_layers
+from calib.precision import from_inspector
 from calib.qdq import Exclusions
 from calib.recipe import Recipe
 from calib.runners.tensorrt import compat
@@ -32,6 +33,7 @@ class EngineSet:
     built: dict = field(default_factory=dict)  # name -> Built
     caches: dict = field(default_factory=dict)  # name -> the cache file an INT8 engine was built from
     predict: dict = field(default_factory=dict)  # "<algo>@engine" -> (algo, Exclusions)
+    precision: dict = field(default_factory=dict)  # "<algo>@engine" -> its engine's calib.precision.PrecisionModel
     info: dict = field(default_factory=dict)
     profiles: dict = field(default_factory=dict)  # INT8 engine name -> its per-layer profile
 
@@ -96,7 +98,8 @@ def build_engines(recipe: Recipe, model_path: Path, info, amax: dict, calib_sour
                      lambda: make_calibrator(kind, calib_source, inputs, calibration_batch(profiles, b.batch_size),
                                              cuda, cache, info.sha256, trt),
                      cache.name))
-    nodes = quantizable_layers(_onnx(model_path))
+    proto = _onnx(model_path)
+    nodes = quantizable_layers(proto)
     for name, spec, make, cache_name in jobs:
         log.info("building %s", name)
         built: Built = build(model_path, spec, make(), trt, cuda)
@@ -110,6 +113,8 @@ def build_engines(recipe: Recipe, model_path: Path, info, amax: dict, calib_sour
             prec = node_precisions(built.layers, nodes)
             kept = tuple(n for n in nodes if prec.get(n, "int8") != "int8")
             out.predict[f"{algo}@engine"] = (algo, Exclusions(names=kept))
+            if built.layers:
+                out.precision[f"{algo}@engine"] = from_inspector(built.layers, proto, "implicit", name)
             log.info("%s: TensorRT kept %d of %d quantizable layers in float", name, len(kept), len(nodes))
     out.info = {"tensorrt": trt.__version__, "gpu": cuda.name(), "batch": b.batch_size,
                 "profiles": to_json(profiles),

@@ -76,6 +76,27 @@ def check_backend(recipe: Recipe, model_path: Path | None = None) -> None:
     compat.load()
 
 
+def deployed_precision(model_path, deploy: str = "implicit", engine_layers: str | None = None,
+                       where: str = "evaluation.engine_layers"):
+    """The precision model of the build that will be deployed (`deploy`: implicit | qdq): read from an engine's
+    inspector (`engine_layers`, an engine sidecar or inspector JSON) or predicted by rules (calib.precision)."""
+    from calib import precision as pr
+    from calib.errors import CalibError
+    from calib.fallback import quantizable_layers
+
+    model = onnx.load(str(model_path), load_external_data=False)
+    mode = "explicit" if deploy == "qdq" else "implicit"
+    if not engine_layers:
+        return pr.implicit_rules(model) if mode == "implicit" else pr.explicit_rules(model)
+    pm = pr.from_inspector(pr.read_engine_layers(engine_layers), model, mode, Path(engine_layers).name)
+    q = quantizable_layers(model)
+    missing = [n for n in q if n not in pm.nodes]  # a few folded away (a Flatten) are normal; most are not
+    if len(missing) > len(q) // 2:
+        raise CalibError(f"{where}: {engine_layers} describes {len(q) - len(missing)} of the {len(q)} quantizable "
+                         f"layers of {model_path} ('{missing[0]}' is not in it): not an engine of this model")
+    return pm
+
+
 def _run(recipe: Recipe, stage: Path, final: Path | None = None) -> None:
     t0 = time.perf_counter()
     model_path = original = resolve(recipe.model)
@@ -96,6 +117,9 @@ def _run(recipe: Recipe, stage: Path, final: Path | None = None) -> None:
     equalized = None
     if c.equalize:
         model_path, info, equalized = equalize_model(model_path, csrc, stage)
+    pm = deployed_precision(model_path, recipe.evaluation.deploy, recipe.evaluation.engine_layers,
+                            f"{recipe.source}: evaluation.engine_layers")  # a wrong file fails before the pass
+    log.info("simulating the deployed build: %s", pm.describe())
     left_out: list = []  # samples holding NaN/Inf, with calibration_data.skip_nonfinite
     info, stats, samples, fp = collect(model_path, csrc, label=recipe.calibration_data.path, info=info,
                                        skip_nonfinite=recipe.calibration_data.skip_nonfinite, dropped=left_out)
@@ -112,7 +136,7 @@ def _run(recipe: Recipe, stage: Path, final: Path | None = None) -> None:
         files += [p.name, p.with_suffix(".json").name]
     log.info("caches written for %s (%d samples, %.1f s)", ", ".join(c.algorithms), samples,
              time.perf_counter() - t0)
-    configs, exclude, engines, es = dict(amax), {}, {}, None
+    configs, exclude, engines, es, extra_precision = dict(amax), {}, {}, None, {}
     if trt_backend:
         from calib import engine_jobs as trt_engines
 
@@ -121,10 +145,12 @@ def _run(recipe: Recipe, stage: Path, final: Path | None = None) -> None:
         engines = es.runners
         for name, (algo, excl) in es.predict.items():
             configs[name], exclude[name] = amax[algo], excl
+        extra_precision = dict(es.precision)
         files += [f for f in (p.name for p in sorted(stage.glob("tensorrt-*"))) if f not in files]
+    precision = {**{a: pm for a in c.algorithms}, **extra_precision}
     try:
         result = evaluate(model_path, configs, esrc, recipe.evaluation.task, recipe.evaluation.detection,
-                          exclude=exclude, engines=engines)
+                          exclude=exclude, engines=engines, precision=precision)
         if es is not None:
             trt_engines.time_engines(es, make_source(espec, recipe.preprocess, inputs, recipe.backend.batch_size),
                                      recipe.backend.batch_size)
@@ -148,6 +174,7 @@ def _run(recipe: Recipe, stage: Path, final: Path | None = None) -> None:
               "calibration": {"samples": samples, "data_fingerprint": fp, "algorithms": list(c.algorithms),
                               "params": used, "seconds": secs, "nonfinite_left_out": left_out},
               "evaluation": {"samples": result["samples"], "configs": result["configs"]},
+              "precision_model": {**pm.to_json(), "text": pm.describe()},
               "fp32_task": result.get("fp32_task"), "summary": summ, "qdq_model": qdq_name, "files": files,
               "model_file": str(model_path), "out_dir": str(final or recipe.output),
               "caches": {a: f"{final or recipe.output}/{a}.cache" for a in c.algorithms}}

@@ -94,6 +94,11 @@ class EvaluationSpec:
     batch_size: int = field(default=8, metadata=POSITIVE)
     detection: DetectionSpec = DetectionSpec()
     histograms: int = field(default=6, metadata=NON_NEGATIVE)  # tensors with a histogram plot in the report
+    # the build that will be deployed, simulated to rank the algorithms: implicit INT8 from the cache (int8 + fp16)
+    # or the Q/DQ model; with engine_layers (an engine's JSON sidecar or inspector JSON) its precisions are read
+    # from that engine instead of predicted by rules (calib.precision)
+    deploy: str = field(default="implicit", metadata={"choices": ("implicit", "qdq")})
+    engine_layers: str | None = field(default=None, metadata=PATH)
 
 
 @dataclass(frozen=True)

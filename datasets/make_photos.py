@@ -5,11 +5,14 @@
 Writes datasets/photos/ (the originals as JPEG, with LICENSES.md: each image's own provenance and licence
 text, taken from the package that ships it) and datasets/photos_crops/ (seeded random crops and flips of the
 originals, so that calibration and evaluation have a couple of hundred distinct images; the first crops do not
-depend on --crops). Deterministic: the same package versions give the same files.
+depend on --crops), with photos_crops/sources.json naming each crop's original (the evaluation resamples
+crops of one photo together: they are not independent samples). Deterministic: the same package versions give
+the same files.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import re
 from pathlib import Path
 
@@ -82,8 +85,11 @@ def main() -> None:
     for name, img, lic in images:
         img.save(photos / f"{name}.jpg", quality=90)
         lines.append(f"- `{name}.jpg` ({img.size[0]}x{img.size[1]}): {lic}")
+    sources = {}
     for fname, c in crops(images, args.crops):
         c.save(crop_dir / fname, quality=88)
+        sources[fname] = f"../photos/{fname.split('_', 1)[1]}"
+    (crop_dir / "sources.json").write_text(json.dumps(sources, indent=1, sort_keys=True) + "\n")
     (root / "LICENSES.md").write_text("\n".join(lines) + "\n")
     print(f"wrote {len(images)} photos to {photos} and {args.crops} crops to {crop_dir}")
 

@@ -11,13 +11,13 @@ from calib.recipe import load_recipe
 from conftest import ROOT
 
 
-@pytest.mark.parametrize("name", ["yolo.yaml", "mobilenet_v2.yaml"])
+@pytest.mark.parametrize("name", ["yolo.yaml", "mobilenet_v2.yaml", "yolov8n.yaml"])
 def test_recipe_loads(name):
     r = load_recipe(ROOT / "recipes" / name)
     assert r.model.startswith("zoo:") and Path(r.calibration_data.path).is_dir()
 
 
-@pytest.mark.parametrize("name,least", [("yolo.yaml", 150), ("mobilenet_v2.yaml", 150)])
+@pytest.mark.parametrize("name,least", [("yolo.yaml", 150), ("mobilenet_v2.yaml", 150), ("yolov8n.yaml", 150)])
 def test_recipes_evaluate_on_every_photo_calibration_did_not_see(name, least):
     from calib.data.images import folder_samples
     from calib.data.sources import image_samples

@@ -51,9 +51,16 @@ def test_report_first_screen(tmp_path, tiny_model, tiny_data, layerwise):
     s = rep["summary"]
     # every figure has an interval and its sample count; the decision has its reason
     for name in ("minmax", "mse"):
-        for key in ("agreement_top1", "logits_sqnr_db", "logits_cosine"):
+        for key in ("agreement_top1", "logits_sqnr_db", "logits_cosine", "drop"):
             f = s["intervals"][name][key]
             assert f["n"] == 20 and len(f["ci95"]) == 2 and f["ci95"][0] <= f["ci95"][1]
+        assert set(s["rows"][name]) <= set(s["intervals"][name])  # no figure without its interval
+        assert s["intervals"][name]["drop"]["value"] == pytest.approx(1 - s["rows"][name]["agreement_top1"])
+        for layer in rep["evaluation"]["configs"][name]["layers"] if layerwise else ():
+            assert layer["n"] == 20 and len(layer["sqnr_ci95"]) == 2 and len(layer["cosine_ci95"]) == 2
+    table = md.split("## Deploy")[0].split("\n| algorithm")[1].split("\n\n")[0]
+    for row in table.splitlines()[2:]:  # every cell of the results table: value (low to high)
+        assert all(re.fullmatch(r"-?[\d.]+ \(-?[\d.]+ to -?[\d.]+\)|inf.*", c) for c in row.strip("| ").split(" | ")[1:])
     d = s["decision"]
     assert d["status"] == "too_small" and d["ship"] == s["best"] and "only 20 evaluation samples" in d["reason"]
     first = md.split("## Deploy")[0]

@@ -65,7 +65,9 @@ def folder_samples(path: str | Path) -> tuple[list[Sample], list[str]]:
     samples = [Sample(s.path, i, s.label) for i, s in enumerate(samples)]
     if not samples:
         raise DataError(f"{root}: no images ({', '.join(sorted(IMAGE_EXT))})")
-    return samples, classes
+    from calib.data.groups import with_groups
+
+    return with_groups(samples, root), classes
 
 
 def coco_samples(images: str | Path, annotations: str | Path) -> tuple[list[Sample], dict]:

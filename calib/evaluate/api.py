@@ -6,6 +6,7 @@ import time
 from pathlib import Path
 
 
+from calib.data.groups import group_of
 from calib.errors import DataError
 from calib.evaluate import confidence
 from calib.evaluate.detect import DetectionTally
@@ -44,10 +45,12 @@ def _batches(source):
 
 def evaluate(model, caches: dict, source, task: str = "outputs", detection: DetectionSpec = DetectionSpec(),
              exclude: dict | None = None, layerwise: bool = True, engines: dict | None = None,
-             checks=None, batch_size: int = 8) -> dict:
+             checks=None, batch_size: int = 8, precision: dict | None = None) -> dict:
     """Compare FP32 with INT8 simulations, one per entry of `caches` (name -> cache path or {tensor: amax}), and
     with `engines` (name -> a runner of the same model, e.g. a TensorRT engine; compared on the outputs).
     Cache paths are checked like the CLI's (`checks`: a calib.cachecheck.CacheChecks for its override flags).
+    `precision`: name -> a calib.precision.PrecisionModel, to simulate that configuration as the engine it
+    describes runs it (default: calib's Q/DQ placement).
 
     `source`: a Source, or arrays as calib.calibrate takes them (an ndarray, a dict of arrays per model input, a
     .npy/.npz path), fed `batch_size` samples at a time."""
@@ -61,16 +64,20 @@ def evaluate(model, caches: dict, source, task: str = "outputs", detection: Dete
     clash = set(engines) & set(configs)
     if clash:
         raise DataError(f"configuration name '{sorted(clash)[0]}' is both a cache and an engine")
-    sim = Simulator(model, info, configs, exclude, layerwise)
+    sim = Simulator(model, info, configs, exclude, layerwise, precision=precision)
     names = list(configs) + list(engines)
     comps = {n: Comparison(n, outputs=tuple(info.outputs)) for n in names}
     cls = {n: Classification() for n in names}
     det = DetectionTally(detection, names, info.outputs) if task == "detection" else None
     perturbed = {n for n, r in engines.items() if layerwise and getattr(r, "perturbed", False)}  # compare every output
     n = 0
+    groups, labelled_groups = [], []  # per sample: its group (crops of one photo share one), for the bootstrap
     total = len(source) if hasattr(source, "__len__") else None
     with bar("evaluate", total=total) as pbar:
         for batch, samples, meta in _batches(source):
+            gs = [group_of(s, n + j) for j, s in enumerate(samples)]
+            groups += gs
+            labelled_groups += [g for s, g in zip(samples, gs) if _labelled(s)]
             ref, tests = sim.compare(batch, comps, keep_reference=bool(perturbed))
             for name, runner in engines.items():
                 tests[name] = runner.run(batch, None if name in perturbed else list(info.outputs))
@@ -91,7 +98,9 @@ def evaluate(model, caches: dict, source, task: str = "outputs", detection: Dete
     for name in names:
         c = comps[name]
         entry = {"outputs": {o: c.tensors[o].result() for o in info.outputs if o in c.tensors},
-                 "layers": c.layers(info) if (layerwise and name in configs) or name in perturbed else []}
+                 "layers": c.layers(info, n, groups) if (layerwise and name in configs) or name in perturbed else []}
+        if name in (precision or {}):
+            entry["precision_model"] = precision[name].to_json()
         if name in engines:
             entry["backend"] = getattr(engines[name], "backend", "engine")
             if name in perturbed:
@@ -104,38 +113,50 @@ def evaluate(model, caches: dict, source, task: str = "outputs", detection: Dete
     if det_res is not None:
         result["fp32_task"] = det_res["fp32"]
         result["fp32_boxes"] = det_res["fp32_boxes"]
-    _intervals(result, names, task, info.outputs, comps, cls, det)
+    _intervals(result, names, task, info.outputs, comps, cls, det, groups, labelled_groups)
     return result
 
 
-def _intervals(result: dict, names, task: str, outputs, comps, cls, det) -> None:
-    """Each configuration's figures with 95 % intervals over samples ("intervals"), FP32's own figures against
-    labels ("fp32_intervals") and every pair of configurations compared on the primary metric ("paired")."""
+def _labelled(sample) -> bool:
+    lab = getattr(sample, "label", None)
+    return lab is not None and lab >= 0
+
+
+def _intervals(result: dict, names, task: str, outputs, comps, cls, det, groups=None, labelled_groups=None) -> None:
+    """Each configuration's figures with 95 % intervals over samples ("intervals"; over groups of samples where
+    they carry groups), FP32's own figures against labels ("fp32_intervals") and every pair of configurations
+    compared on the primary metric ("paired")."""
     t0 = time.perf_counter()
     figs, reps = {}, {}
     for name in names:
-        f, r = confidence.output_figures(comps[name], lowest=task == "outputs")
+        f, r = confidence.output_figures(comps[name], lowest=task == "outputs", groups=groups)
         if task == "classification":
-            f2, r2 = confidence.classification_figures(cls[name])
+            f2, r2 = confidence.classification_figures(cls[name], groups=groups, labelled_groups=labelled_groups)
         elif det is not None:
             f2, r2 = confidence.detection_figures(result["configs"][name]["task"], det.matches[name],
-                                                  len(det.images))
+                                                  len(det.images), groups=groups)
         else:
             f2, r2 = {}, {}
         figs[name], reps[name] = {**f2, **f}, {**r2, **r}
         result["configs"][name]["intervals"] = figs[name]
-    fp32 = {}
+    fp32, fp32_reps = {}, {}
     if task == "classification" and names:
         x = cls[names[0]].samples("ref1")
         if x.size:
-            fp32["top1"] = confidence.mean_figure(x)
+            fp32["top1"], fp32_reps["top1"] = confidence.mean_figure_reps(x, labelled_groups)
     elif det is not None and "vs_labels" in result.get("fp32_task", {}):
-        f, _ = confidence.detection_figures({"vs_labels": result["fp32_task"]["vs_labels"]}, det.matches["fp32"],
-                                            len(det.images))
+        f, r = confidence.detection_figures({"vs_labels": result["fp32_task"]["vs_labels"]}, det.matches["fp32"],
+                                            len(det.images), groups=groups)
         fp32 = {k: v for k, v in f.items() if k.endswith("labels")}
+        fp32_reps = {k: v for k, v in r.items() if k.endswith("labels")}
+    for name in names:
+        drop = confidence.drop_figure(task, figs[name], reps[name], fp32, fp32_reps)
+        if drop is not None:
+            figs[name]["drop"] = drop
     result["fp32_intervals"] = fp32
     key = confidence.primary_metric(task, outputs)
     result["primary_metric"] = key
-    result["paired"] = confidence.paired(names, figs, reps, key, cls if task == "classification" else None)
-    result["bootstrap"] = confidence.method(task)
+    result["paired"] = confidence.paired(names, figs, reps, key, cls if task == "classification" else None,
+                                         groups)
+    result["bootstrap"] = confidence.method(task, groups)
     log.info("intervals and paired comparisons: %.1f s", time.perf_counter() - t0)

@@ -86,7 +86,7 @@ def decide(evaluation: dict, candidates: list[str], fallback_score=None) -> dict
         unit = "images" if evaluation["task"] == "detection" else "samples"
         how = (f"{what} {_fmt(comp['diff'], key)} over {runner} (95 % CI {_fmt(ci[0], key) if ci else '-'} to "
                f"{_fmt(ci[1], key) if ci else '-'}, {comp['n']} {unit}"
-               + (f"; {comp['method']} p = {comp['p_value']:.3g}" if comp["method"].startswith("McNemar") else "")
+               + (f"; {comp['method']} p = {comp['p_value']:.3g}" if "McNemar" in comp["method"] else "")
                + ")")
     d = {"metric": key, "ship": ship, "runner_up": runner, "comparison": comp, "tied": tied, "warnings": warnings}
     if warnings:

@@ -9,7 +9,8 @@ import onnx
 
 from calib.evaluate.metrics import OutputRows, TensorStats
 from calib.model import ModelInfo
-from calib.qdq import Exclusions, count_qdq, insert_qdq
+from calib.engine_sim import simulated_model
+from calib.qdq import Exclusions, count_qdq
 from calib.runners.onnxruntime import OrtRunner
 
 log = logging.getLogger(__name__)
@@ -27,27 +28,46 @@ class Comparison:
     def update(self, ref: dict, test: dict) -> None:
         for k, v in test.items():
             if k in ref and isinstance(v, np.ndarray) and v.dtype.kind == "f" and v.shape == ref[k].shape:
-                self.tensors.setdefault(k, TensorStats()).update(ref[k], v)
+                self.tensors.setdefault(k, TensorStats()).update(ref[k], v, per_row=True)
                 if k in self.outputs:
                     self.rows.setdefault(k, OutputRows()).update(ref[k], v)
 
-    def layers(self, info: ModelInfo) -> list[dict]:
+    def layers(self, info: ModelInfo, samples: int | None = None, groups=None) -> list[dict]:
+        """Per-tensor figures; with `samples` (the evaluation's count), the SQNR and cosine carry 95 % bootstrap
+        intervals over samples (over `groups` of them where given) when the tensor has one row per sample."""
         out = []
         for t in info.activations:
             if t in self.tensors:
-                out.append({"tensor": t, "op_type": info.op_types.get(t, "?"), **self.tensors[t].result()})
+                row = {"tensor": t, "op_type": info.op_types.get(t, "?"), **self.tensors[t].result()}
+                s = self.tensors[t].row_sums()
+                if samples and s.shape[0] == samples:
+                    row.update(_layer_intervals(s, groups))
+                out.append(row)
         return out
 
 
+def _layer_intervals(s: np.ndarray, groups) -> dict:
+    from calib.evaluate import uncertainty as u
+
+    n = s.shape[0]
+    f_sqnr, f_cos = u.sqnr_metric(s[:, 0], s[:, 1]), u.cosine_metric(s[:, 2], s[:, 0], s[:, 3])
+    both = u.replicates(lambda w: np.stack([f_sqnr(w), f_cos(w)], 1).reshape(-1), n, groups=groups)
+    sq, cos = u.percentile_interval(both[0::2]), u.percentile_interval(both[1::2])
+    gc = u.group_codes(groups)
+    return {"sqnr_ci95": list(sq) if sq else None, "cosine_ci95": list(cos) if cos else None, "n": n,
+            **({"groups": gc[1]} if gc else {})}
+
+
 class Simulator:
-    """The FP32 model and one Q/DQ model per configuration, all exposing the same tensors.
+    """The FP32 model and one Q/DQ model per configuration, all exposing the same tensors (a configuration with a
+    precision model, calib.precision, is simulated as that engine runs it: calib.engine_sim).
 
     Memory stays bounded: the sessions share one ONNX Runtime arena (they run one at a time), and `compare` runs
     the exposed models `micro_batch` samples at a time, one configuration after the other, folding each one's
     tensors into its Comparison before the next runs; only the graph outputs are kept for the task metrics."""
 
     def __init__(self, model_path, info: ModelInfo, configs: dict, exclude: dict | None = None,
-                 layerwise: bool = True, micro_batch: int = 2):
+                 layerwise: bool = True, micro_batch: int = 2, precision: dict | None = None):
         self.info = info
         self.micro_batch = max(1, micro_batch)
         proto = onnx.load(str(model_path))
@@ -56,9 +76,9 @@ class Simulator:
         self.names = list(dict.fromkeys(self.outputs + expose))
         self.ref = OrtRunner(proto, expose=expose, spin=False, lean=True, label=str(model_path))
         self.tests = {}
-        exclude = exclude or {}
+        exclude, precision = exclude or {}, precision or {}
         for name, amax in configs.items():
-            q = insert_qdq(proto, amax, exclude.get(name, Exclusions()))
+            q = simulated_model(proto, amax, precision.get(name), exclude.get(name, Exclusions()))
             log.info("%s: %d Q/DQ pairs", name, count_qdq(q))
             self.tests[name] = OrtRunner(q, expose=expose, spin=False, lean=True, label=f"{model_path} ({name})")
             del q

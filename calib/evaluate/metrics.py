@@ -19,20 +19,30 @@ class TensorStats:
     test_sq: float = 0.0
     maxabs: float = 0.0
     count: int = 0
+    rows: list = field(default_factory=list)  # with per_row: [sum r^2, sum (r-t)^2, sum r*t, sum t^2] per sample
 
-    def update(self, ref: np.ndarray, test: np.ndarray) -> None:
+    def update(self, ref: np.ndarray, test: np.ndarray, per_row: bool = False) -> None:
+        """Fold a pair of tensors in; with `per_row`, axis 0 is the samples and each one's sums are kept too
+        (for intervals over samples), at no extra pass over the values."""
         from calib.kernels import compare_sums
 
         r, t = _flat(ref), _flat(test)
         if r.size != t.size:
             raise ValueError(f"cannot compare {r.size} values with {t.size}")
-        rr, dd, rt, tt, m = compare_sums(r, t, 2 if r.size > (1 << 16) else 1)
-        self.signal += rr
-        self.noise += dd
-        self.dot += rt
-        self.test_sq += tt
-        self.maxabs = max(self.maxabs, m) if m == m else math.nan
+        n = np.shape(ref)[0] if per_row and np.ndim(ref) >= 1 and np.shape(ref)[0] > 0 else 1
+        for part_r, part_t in zip(np.split(r, n), np.split(t, n)):
+            rr, dd, rt, tt, m = compare_sums(part_r, part_t, 2 if part_r.size > (1 << 16) else 1)
+            self.signal += rr
+            self.noise += dd
+            self.dot += rt
+            self.test_sq += tt
+            self.maxabs = max(self.maxabs, m) if m == m else math.nan
+            if per_row:
+                self.rows.append((rr, dd, rt, tt))
         self.count += r.size
+
+    def row_sums(self) -> np.ndarray:
+        return np.asarray(self.rows, np.float64).reshape(-1, 4)
 
     def result(self) -> dict:
         return {"cosine": cosine(self.dot, self.signal, self.test_sq), "sqnr_db": sqnr_db(self.signal, self.noise),

@@ -30,8 +30,7 @@ def task_metrics(entry: dict, task: str) -> dict:
         out["agreement_top1"] = t.get("agreement_top1")
         out["agreement_top5"] = t.get("agreement_top5")
         if "test_top1" in t:
-            out["top1"] = t["test_top1"]
-            out["top1_drop"] = t["ref_top1"] - t["test_top1"]
+            out["top1"] = t["test_top1"]  # its drop against FP32's top-1 is the row's "drop" (with an interval)
     elif task == "detection":
         out["map50_vs_fp32"] = t.get("vs_fp32", {}).get("map50")
         out["map50_95_vs_fp32"] = t.get("vs_fp32", {}).get("map50_95")
@@ -71,7 +70,7 @@ def drop(entry: dict, task: str, fp32_task: dict | None) -> float | None:
 
 def _columns(rows: dict, task: str, primary: str | None) -> list[str]:
     """Metric columns: the primary metric, the task's others, the outputs'; columns equal on every row last."""
-    keys = list(dict.fromkeys(k for r in rows.values() for k in r if k not in ("drop", "top1_drop")))
+    keys = list(dict.fromkeys(k for r in rows.values() for k in r if k != "drop"))
     fixed = [k for k in _TASK_ORDER.get(task, ()) if k in keys]
     rest = [k for k in keys if k not in fixed]
     rest = sorted(rest, key=lambda k: (not k.endswith("sqnr_db"), k))
@@ -192,9 +191,11 @@ def engine_rows(report: dict) -> list[dict]:
     ref = {k: (engines.get(f"trt-{k}") or {}).get("latency", {}).get("median_ms") for k in ("fp32", "fp16")}
     rows = []
     for name, e in engines.items():
-        ms = (e.get("latency") or {}).get("median_ms")
+        lat = e.get("latency") or {}
+        ms = lat.get("median_ms")
         row = {"engine": name, "layers": ", ".join(f"{k} {v}" for k, v in sorted(e.get("layer_summary", {}).items())),
-               "median_ms": ms, "build_s": e.get("build_seconds")}
+               "median_ms": ms, "build_s": e.get("build_seconds"), "min_ms": lat.get("min_ms"),
+               "max_ms": lat.get("max_ms"), "runs": lat.get("runs")}
         for k, v in ref.items():
             row[f"x_vs_{k}"] = (v / ms) if (v and ms) else None
         rows.append(row)
@@ -209,16 +210,38 @@ def _engine_blocks(report: dict) -> list[tuple]:
     return [("h2", f"TensorRT engines ({t.get('tensorrt')}, {t.get('gpu')}, batch {t.get('batch')})"),
             ("p", "Accuracy of each engine is in the table above (rows `trt-...`, measured on the GPU); rows "
                   "`<algorithm>@engine` are the CPU simulation told which layers the engine kept in float."),
-            ("table", ["engine", "layers per precision", "median latency (ms)", "speed-up vs FP16 engine",
-                       "speed-up vs FP32 engine", "build time (s)"],
-             [[r["engine"], r["layers"], doc.num(r["median_ms"]), doc.num(r["x_vs_fp16"]), doc.num(r["x_vs_fp32"]),
+            ("table", ["engine", "layers per precision", "median latency (ms; min to max, runs)",
+                       "speed-up vs FP16 engine", "speed-up vs FP32 engine", "build time (s)"],
+             [[r["engine"], r["layers"], _latency_cell(r), doc.num(r["x_vs_fp16"]), doc.num(r["x_vs_fp32"]),
                doc.num(r["build_s"])] for r in rows])]
 
 
+def _latency_cell(r: dict) -> str:
+    if r.get("median_ms") is None:
+        return "-"
+    spread = (f" ({r['min_ms']:.4f} to {r['max_ms']:.4f}, n={r['runs']} runs)"
+              if r.get("min_ms") is not None and r.get("max_ms") is not None and r.get("runs") else "")
+    return f"{r['median_ms']:.4f}{spread}"
+
+
+def _simulation_text(report: dict) -> str:
+    pm = report.get("precision_model")
+    if not pm:
+        return "INT8 simulated on the CPU with Q/DQ (ONNX Runtime)."
+    floats = pm.get("float_nodes") or []
+    return (f"INT8 simulated on the CPU (ONNX Runtime) as the deployed build runs it, which ranks the algorithms: "
+            f"{pm['text']}" + (f" ({len(floats)} nodes in float)." if floats else "."))
+
+
 def _worst_table(layers: list[dict]) -> tuple:
-    return ("table", ["tensor", "op", "SQNR vs FP32 (dB)", "cosine vs FP32"],
-            [[f"`{l['tensor']}`", l["op_type"], doc.num(l["sqnr_db"], "sqnr_db"), doc.num(l["cosine"], "cosine")]
-             for l in layers])
+    ns = {(l.get("n"), l.get("groups")) for l in layers}
+    n = ""
+    if len(ns) == 1:
+        count, groups = ns.pop()
+        n = f", n={count}" + (f" from {groups} photos" if groups else "") if count else ""
+    cell = lambda l, k: doc.fig_cell({"value": l[k], "ci95": l.get(f"{k.split('_')[0]}_ci95")}, k)  # noqa: E731
+    return ("table", ["tensor", "op", f"SQNR vs FP32 (dB, 95 % CI{n})", f"cosine vs FP32 (95 % CI{n})"],
+            [[f"`{l['tensor']}`", l["op_type"], cell(l, "sqnr_db"), cell(l, "cosine")] for l in layers])
 
 
 def blocks(report: dict, layer_png: str | None = None, hist_pngs=()) -> list[tuple]:
@@ -233,7 +256,7 @@ def blocks(report: dict, layer_png: str | None = None, hist_pngs=()) -> list[tup
             + (f", calibrated on {calib_n} samples" if isinstance(calib_n, int) else "")
             + f", evaluated on {report['evaluation']['samples']} {unit} ({s['task']}"
             + (f", {s['fp32_boxes']} FP32 boxes" if s.get("fp32_boxes") is not None else "")
-            + "). INT8 simulated on the CPU with Q/DQ (ONNX Runtime). " + doc.method_text(s))
+            + "). " + _simulation_text(report) + " " + doc.method_text(s))
     out += [("p", meta.strip())]
     out += [("h2", "Deploy"), ("code", doc.deploy_commands(report, ship)),
             ("h2", "What to try next"), ("list", doc.next_steps(report, s))]

@@ -43,8 +43,11 @@ def fig_cell(f: dict | None, key: str) -> str:
 
 
 def column_label(key: str, figs: dict, unit: str) -> str:
-    ns = {f["n"] for f in figs.values() if f}
-    n = f", n={ns.pop()} {unit}" if len(ns) == 1 else ""
+    ns = {(f["n"], f.get("groups")) for f in figs.values() if f}
+    n = ""
+    if len(ns) == 1:
+        count, groups = ns.pop()
+        n = f", n={count} {unit}" + (f" from {groups} photos" if groups else "")
     return f"{label(key)} (95 % CI{n})"
 
 
@@ -185,9 +188,13 @@ def method_text(s: dict) -> str:
     b = s.get("bootstrap")
     if not b:
         return ""
-    return (f"Intervals: {int(b['level'] * 100)} % bootstrap percentile intervals over {b['unit']}s ({b['resamples']} "
+    over = f"{b['unit']}s"
+    if b.get("resampled") == "groups":
+        over = (f"source photos ({b['groups']} groups of dependent {b['unit']}s, e.g. crops of one photo, "
+                f"resampled whole; top-1 agreement compared with the clustered McNemar test)")
+    return (f"Intervals: {int(b['level'] * 100)} % bootstrap percentile intervals over {over} ({b['resamples']} "
             f"resamples, seed {b['seed']}); every algorithm is resampled with the same draws, so differences are "
-            "paired. Per-layer figures below are diagnostics, without intervals.")
+            "paired. Per-layer figures below carry intervals made the same way.")
 
 
 _INLINE = re.compile(r"\*\*(.+?)\*\*|`(.+?)`")

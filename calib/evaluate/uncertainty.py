@@ -5,6 +5,11 @@ configurations evaluated on the same samples get the same resamples, and the dif
 a paired bootstrap of their difference. A metric is a function of per-sample weights (how many times each
 sample is drawn): a mean is `w @ x / w.sum()`, a ratio of sums `(w @ a) / (w @ b)`, mAP re-accumulates each
 image's box matches `w` times.
+
+Samples that are not independent (crops of the same photo) carry a group: the bootstrap then draws groups with
+replacement (a cluster bootstrap) and every sample of a drawn group gets its group's count as weight, so the
+interval reflects the number of independent photos rather than the number of crops. McNemar's test becomes the
+clustered form of Durkalski et al. (2003), which reduces to the plain statistic when every group holds one sample.
 """
 from __future__ import annotations
 
@@ -19,22 +24,43 @@ LEVEL = 0.95
 _CHUNK_VALUES = 1 << 21  # weights held at once: resamples per chunk x samples
 
 
-def weight_chunks(n: int, resamples: int = RESAMPLES, seed: int = SEED) -> Iterator[np.ndarray]:
-    """Bootstrap weights [b, n] (multinomial counts summing to n), `resamples` rows in all, in chunks."""
+def group_codes(groups) -> tuple[np.ndarray, int] | None:
+    """Group labels per sample -> (code per sample in 0..G-1, in order of first appearance; G), or None when
+    every sample is its own group (or no groups are given): the plain bootstrap applies."""
+    if groups is None:
+        return None
+    codes, seen = [], {}
+    for g in groups:
+        codes.append(seen.setdefault(g, len(seen)))
+    if len(seen) == len(codes):
+        return None
+    return np.asarray(codes, np.int64), len(seen)
+
+
+def weight_chunks(n: int, resamples: int = RESAMPLES, seed: int = SEED, groups=None) -> Iterator[np.ndarray]:
+    """Bootstrap weights [b, n], `resamples` rows in all, in chunks: multinomial counts summing to n, or with
+    `groups` (one label per sample) each sample weighted by how many times its group is drawn among G draws."""
     rng = np.random.default_rng(seed)
-    step = max(1, _CHUNK_VALUES // max(n, 1))
+    gc = group_codes(groups)
+    if gc is not None and len(gc[0]) != n:
+        raise ValueError(f"{len(gc[0])} group labels for {n} samples")
+    m = n if gc is None else gc[1]
+    step = max(1, _CHUNK_VALUES // max(m, n, 1))
     for lo in range(0, resamples, step):
         b = min(step, resamples - lo)
-        idx = rng.integers(0, n, size=(b, n)) + (np.arange(b) * n)[:, None]
-        yield np.bincount(idx.reshape(-1), minlength=b * n).reshape(b, n).astype(np.float64)
+        idx = rng.integers(0, m, size=(b, m)) + (np.arange(b) * m)[:, None]
+        w = np.bincount(idx.reshape(-1), minlength=b * m).reshape(b, m).astype(np.float64)
+        yield w if gc is None else w[:, gc[0]]
 
 
 def replicates(metric: Callable[[np.ndarray], np.ndarray], n: int, resamples: int = RESAMPLES,
-               seed: int = SEED) -> np.ndarray:
-    """metric(weights [b, n]) -> [b] over all bootstrap resamples of n samples: an array [resamples]."""
+               seed: int = SEED, groups=None) -> np.ndarray:
+    """metric(weights [b, n]) -> [b] over all bootstrap resamples of n samples (of their groups, where given):
+    an array [resamples]."""
     if n == 0:
         return np.zeros(0)
-    return np.concatenate([np.asarray(metric(w), np.float64).reshape(-1) for w in weight_chunks(n, resamples, seed)])
+    return np.concatenate([np.asarray(metric(w), np.float64).reshape(-1)
+                           for w in weight_chunks(n, resamples, seed, groups)])
 
 
 def percentile_interval(reps: np.ndarray, level: float = LEVEL) -> tuple[float, float] | None:
@@ -82,10 +108,11 @@ def cosine_metric(dot: np.ndarray, ref_sq: np.ndarray, test_sq: np.ndarray) -> C
     return f
 
 
-def mean_interval(x, resamples: int = RESAMPLES, seed: int = SEED) -> dict:
+def mean_interval(x, resamples: int = RESAMPLES, seed: int = SEED, groups=None) -> dict:
     x = np.asarray(x, np.float64)
-    reps = replicates(mean_metric(x), x.size, resamples, seed)
-    return figure(x.mean() if x.size else None, reps, x.size)
+    reps = replicates(mean_metric(x), x.size, resamples, seed, groups)
+    gc = group_codes(groups)
+    return figure(x.mean() if x.size else None, reps, x.size, **({"groups": gc[1]} if gc else {}))
 
 
 # paired comparisons
@@ -116,6 +143,29 @@ def mcnemar(a_right, b_right, exact_below: int = 1000) -> dict:
         chi2 = (abs(n01 - n10) - 1.0) ** 2 / m
         p, method = math.erfc(math.sqrt(chi2 / 2.0)), "McNemar chi-square (continuity corrected)"
     return {"a_only": n01, "b_only": n10, "p_value": p, "method": method}
+
+
+def mcnemar_clustered(a_right, b_right, groups) -> dict:
+    """McNemar's test for paired 0/1 outcomes in groups of dependent samples (Durkalski et al. 2003):
+    X = (sum_k (b_k - c_k))^2 / sum_k (b_k - c_k)^2 over groups k, b_k / c_k the group's discordant pairs each way,
+    chi-square with 1 degree of freedom. With one sample per group it is the plain McNemar statistic (without
+    continuity correction); mcnemar() is used then."""
+    gc = group_codes(groups)
+    if gc is None:
+        return mcnemar(a_right, b_right)
+    a, b = np.asarray(a_right, bool), np.asarray(b_right, bool)
+    if a.shape != b.shape or a.size != gc[0].size:
+        raise ValueError(f"clustered McNemar needs paired samples and a group each, got {a.size}, {b.size} and "
+                         f"{gc[0].size}")
+    d = np.bincount(gc[0], weights=(a & ~b).astype(np.float64) - (~a & b), minlength=gc[1])
+    den = float((d ** 2).sum())
+    if den == 0:
+        p = 1.0
+    else:
+        chi2 = float(d.sum()) ** 2 / den
+        p = math.erfc(math.sqrt(chi2 / 2.0))
+    return {"a_only": int((a & ~b).sum()), "b_only": int((~a & b).sum()), "p_value": min(1.0, p),
+            "method": f"clustered McNemar (Durkalski, {gc[1]} groups)"}
 
 
 def paired_difference(reps_a: np.ndarray, reps_b: np.ndarray, value_a, value_b, n: int) -> dict:

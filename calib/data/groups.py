@@ -1,0 +1,57 @@
+"""Which samples are not independent: crops (or other variants) of one source photo form a group.
+
+A folder may hold a sidecar `sources.json`, {"<file in the folder>": "<its source image, relative to the folder>"}
+(datasets/make_photos.py writes one for its crops). A sample's group is the resolved path of its source image, so
+that a crop and its original in another folder (datasets/photos) fall in the same group; a sample that no sidecar
+names is its own group. The evaluation's bootstrap resamples groups, not samples (calib.evaluate.uncertainty).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from pathlib import Path
+
+from calib.errors import DataError
+
+SIDECAR = "sources.json"
+
+
+def read_sources(folder: str | Path) -> dict[str, str]:
+    """{relative file name: resolved source path} from `folder`/sources.json ({} without one)."""
+    root = Path(folder)
+    p = root / SIDECAR
+    if not p.is_file():
+        return {}
+    try:
+        data = json.loads(p.read_text())
+    except (OSError, ValueError) as exc:
+        raise DataError(f"{p}: not a readable JSON object of file -> source image ({exc})") from None
+    if not isinstance(data, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in data.items()):
+        raise DataError(f"{p}: must map each file name to its source image's path (strings)")
+    return {k: os.path.normpath(str((root / v).absolute())) for k, v in data.items()}
+
+
+def with_groups(samples: list, folder: str | Path) -> list:
+    """`samples` of `folder` with extra['group'] set from the folder's sidecar (unchanged without one)."""
+    src = read_sources(folder)
+    if not src:
+        return samples
+    root = Path(folder)
+    out = []
+    for s in samples:
+        key = s.path.relative_to(root).as_posix() if s.path is not None else None
+        g = src.get(key)
+        out.append(dataclasses.replace(s, extra={**s.extra, "group": g}) if g else s)
+    return out
+
+
+def group_of(sample, position: int) -> str:
+    """The group of a sample: its sidecar source, else its own file, else its position in the evaluation."""
+    extra = getattr(sample, "extra", None) or {}
+    if extra.get("group"):
+        return extra["group"]
+    path = getattr(sample, "path", None)
+    if path is not None:
+        return os.path.normpath(str(Path(path).absolute()))
+    return f"#{position}"

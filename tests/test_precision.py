@@ -1,0 +1,196 @@
+"""The precision model against real TensorRT 8.6 engines (H200): the rules' prediction per ONNX node, scored on
+each engine's inspector output (benchmarks/trt86-h200, the golden), and the simulation it drives."""
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+from calib import precision as P
+from calib.cache import read_cache
+from calib.engine_sim import simulated_model
+from calib.errors import CalibError
+from calib.fallback import quantizable_layers
+from calib.qdq import count_qdq, insert_qdq
+from calib.runners.onnxruntime import OrtRunner
+from conftest import ROOT, golden
+
+TRT = ROOT / "benchmarks" / "trt86-h200"
+TAIL = ["/GlobalAveragePool", "/classifier/classifier.1/Gemm", "/features/features.17/conv/conv.2/Conv",
+        "/features/features.18/features.18.0/Conv", "/features/features.18/features.18.2/Clip"]
+
+# (layers file, key, build mode, nodes the rules miss): every MobileNetV2 engine built without layer precisions
+MBV2_ENGINES = [
+    ("mbv2-layers.json", "int8-tensorrt-entropy2", "implicit", []),
+    ("mbv2-layers.json", "int8-percentile", "implicit", []),
+    ("mbv2-table2-layers.json", "int8-minmax", "implicit", []),
+    ("mbv2-table2-layers.json", "int8-entropy", "implicit", []),
+    ("mbv2-table2-layers.json", "int8-mse", "implicit", []),
+    ("mbv2eq-layers.json", "int8-percentile", "implicit", []),
+    ("mbv2eq-layers.json", "int8-mse", "implicit", []),
+    ("qdq/layers.json", "implicit", "implicit", TAIL),  # this build timed its 7x7 tail faster in FP16
+    ("qdq/layers.json", "calib-qdq", "explicit", []),
+    ("qdq/layers.json", "calib-qdq-int8w", "explicit", []),
+]
+
+
+@pytest.fixture(scope="module")
+def mbv2():
+    return onnx.load(str(golden("mobilenet_v2", "mobilenet_v2_imagenet.onnx")), load_external_data=False)
+
+
+@pytest.fixture(scope="module")
+def yolo():
+    from calib.zoo import fetch
+
+    return onnx.load(str(fetch("yolov3-tiny")), load_external_data=False)
+
+
+def _rules(model, mode):
+    return P.implicit_rules(model) if mode == "implicit" else P.explicit_rules(model)
+
+
+@pytest.mark.parametrize("file,key,mode,misses", MBV2_ENGINES)
+def test_rules_hit_rate_on_each_mobilenet_v2_engine(mbv2, file, key, mode, misses):
+    actual = P.from_inspector(json.loads((TRT / file).read_text())[key], mbv2, mode)
+    h = P.hit_rate(_rules(mbv2, mode), actual)
+    assert h["nodes"] == 99 and h["misses"] == sorted(misses)
+    assert h["int8_vs_float"] == h["exact"] == 99 - len(misses)
+    q = P.hit_rate(_rules(mbv2, mode), actual, quantizable_layers(mbv2))
+    assert q["nodes"] == 64 and q["int8_vs_float"] == 64 - len([m for m in misses if "Clip" not in m])
+    assert h["fusions"] == h["int8_layers"] == (54 if not misses else 50)  # every Conv+Clip, Conv+Add fused as TRT did
+
+
+def test_rules_hit_rate_on_the_yolov3_tiny_engine(yolo):
+    side = json.loads((TRT / "yolo" / "yolov3-tiny.mse.engine.json").read_text())
+    actual = P.from_inspector(side["layers"], yolo)
+    h = P.hit_rate(P.implicit_rules(yolo), actual)
+    assert (h["nodes"], h["int8_vs_float"], h["exact"], h["misses"]) == (54, 54, 54, [])
+    assert h["fusions"] == h["int8_layers"] == 22  # incl. layer0's LeakyRelu, a layer of its own
+    assert actual.nodes["layer20_route"] == "int8"  # removed by TensorRT: its inputs copied in INT8
+    fp32 = sorted(n for n, p in actual.nodes.items() if p == "fp32")
+    assert len(fp32) == 22 and all(n.startswith(("yolo0_", "yolo1_")) for n in fp32)  # the decoding, in FP32
+    assert all(actual.nodes[n] == "int8" for n in quantizable_layers(yolo) if n in actual.nodes)
+
+
+def test_widened_fallback_is_what_the_rules_do_not_predict(mbv2):
+    """Asked to keep 16 layers in FP16, TensorRT ran 38 of the 64 quantizable ones in float: only the inspector
+    knows that (the reason an existing engine's inspector wins over the rules)."""
+    actual = P.from_inspector(json.loads((TRT / "mbv2-fallback-layers.json").read_text())["int8-pt+k16"], mbv2)
+    assert len(actual.float_nodes(quantizable_layers(mbv2))) == 38
+
+
+def test_implicit_simulation_equals_the_qdq_placement_where_the_engine_does(mbv2):
+    amax = read_cache(golden("mobilenet_v2", "minmax.cache")).amaxes()
+    full = onnx.load(str(golden("mobilenet_v2", "mobilenet_v2_imagenet.onnx")))
+    a, b = insert_qdq(full, amax), simulated_model(full, amax, P.implicit_rules(mbv2))
+    assert count_qdq(a) == count_qdq(b) == 108
+    x = np.random.default_rng(0).normal(0, 1, (2, 3, 224, 224)).astype(np.float32)
+    assert np.array_equal(OrtRunner(a).run({"input": x})["logits"], OrtRunner(b).run({"input": x})["logits"])
+
+
+def _scales(m):
+    """Quantized activation -> the amax it is rounded with (per-channel weight scales left out)."""
+    inits = {t.name: t for t in m.graph.initializer}
+    out = {}
+    for n in m.graph.node:
+        scale = onnx.numpy_helper.to_array(inits[n.input[1]]) if n.op_type == "QuantizeLinear" else None
+        if scale is not None and scale.ndim == 0:
+            out.setdefault(n.input[0], []).append(round(float(scale) * 127, 4))
+    return out
+
+
+def test_implicit_simulation_rounds_where_the_yolo_engine_does(yolo):
+    amax = {t: 4.0 for n in yolo.graph.node for t in n.output}
+    amax.update({yolo.graph.input[0].name: 1.0, "layer8_convolutional_leaky": 2.0, "layer18_convolutional_leaky": 6.0})
+    placement = _scales(insert_qdq(yolo, amax))
+    engine = _scales(simulated_model(yolo, amax, P.implicit_rules(yolo)))
+    # layer0's Conv writes INT8 before its LeakyRelu, a separate INT8 layer: its output is rounded too
+    assert set(engine) - set(placement) == {"layer0_convolutional"} and not set(placement) - set(engine)
+    # layer8's output feeds MaxPool and the Concat: the Q/DQ model rounds it once with the Concat's scale (6, the
+    # upsampled layer18's), the engine with its own (2) and then again with the Concat's as it copies it in
+    assert placement["layer8_convolutional_leaky"] == [6.0] and engine["layer8_convolutional_leaky"] == [2.0]
+    assert placement["layer20_route"] == engine["layer20_route"] == [6.0]
+    side = json.loads((TRT / "yolo" / "yolov3-tiny.mse.engine.json").read_text())
+    inspected = _scales(simulated_model(yolo, amax, P.from_inspector(side["layers"], yolo)))
+    assert inspected == engine  # the engine's own inspector output: the same rounding as the rules
+
+
+def test_explicit_model_leaves_the_engines_float_layers_out(mbv2):
+    full = onnx.load(str(golden("mobilenet_v2", "mobilenet_v2_imagenet.onnx")))
+    amax = read_cache(golden("mobilenet_v2", "minmax.cache")).amaxes()
+    actual = P.from_inspector(json.loads((TRT / "qdq" / "layers.json").read_text())["implicit"], mbv2, "explicit")
+    assert count_qdq(simulated_model(full, amax, actual)) < count_qdq(insert_qdq(full, amax))
+
+
+def test_engine_layers_file_errors(tmp_path):
+    p = tmp_path / "e.json"
+    p.write_text('{"name": 1}')
+    with pytest.raises(CalibError, match="e.json"):
+        P.read_engine_layers(p)
+    p.write_text("{")
+    with pytest.raises(CalibError, match="e.json"):
+        P.read_engine_layers(p)
+    p.write_text(json.dumps({"Layers": ["conv1 + relu1"]}))  # the inspector's names-only verbosity
+    assert P.read_engine_layers(p)[0]["fused"] == ["conv1", "relu1"]
+
+
+SIDECARS = sorted(TRT.glob("*/*.engine.json"))
+
+
+@pytest.mark.parametrize("path", SIDECARS, ids=[p.parent.name for p in SIDECARS])
+def test_rules_hold_on_every_recorded_engine_sidecar(path):
+    """Any engine a recipe run wrote (implicit INT8 from a calib cache, no layer precisions): the rules must get
+    at least 95 % of its quantizable layers right, int8 or float."""
+    from calib.zoo import fetch
+
+    side = json.loads(path.read_text())
+    assert not side["explicit_qdq"] and not side["layer_precisions"]
+    model = onnx.load(str(fetch(Path(side["model"]).stem)), load_external_data=False)  # a zoo model's file
+    q = quantizable_layers(model)
+    h = P.hit_rate(P.implicit_rules(model), P.from_inspector(side["layers"], model), q)
+    assert h["nodes"] >= 0.9 * len(q) and h["int8_vs_float"] >= 0.95 * h["nodes"], h["misses"]
+
+
+def test_evaluate_with_an_engine_sidecar_simulates_its_float_tail(tmp_path, mbv2):
+    """calib evaluate --engine-layers: the engine that ran its 7x7 tail in FP16 is simulated with it in float."""
+    from click.testing import CliRunner
+
+    from calib.cli import main
+
+    side = tmp_path / "mbv2.engine.json"
+    side.write_text(json.dumps({"layers": json.loads((TRT / "qdq" / "layers.json").read_text())["implicit"]}))
+    x = np.load(golden("mobilenet_v2", "photos_224.npy"))[:6]
+    data = tmp_path / "x.npy"
+    np.save(data, x)
+    model = golden("mobilenet_v2", "mobilenet_v2_imagenet.onnx")
+    out = {}
+    for name, extra in (("rules", []), ("engine", ["--engine-layers", str(side)])):
+        r = CliRunner().invoke(main, ["evaluate", str(model), "--cache", str(golden("mobilenet_v2", "minmax.cache")),
+                                      "--data", str(data), "--preprocess", "imagenet", "--no-layerwise",
+                                      "--out", str(tmp_path / name), *extra])
+        assert r.exit_code == 0, r.output
+        out[name] = json.loads((tmp_path / name / "report.json").read_text())
+    pm = out["engine"]["precision_model"]
+    assert pm["source"] == "inspector" and sorted(n for n in pm["float_nodes"] if n in TAIL) == sorted(TAIL)
+    assert out["rules"]["precision_model"]["source"] == "rules"
+    assert "precisions from the engine inspector (mbv2.engine.json)" in (tmp_path / "engine" / "report.md").read_text()
+    sq = {k: v["evaluation"]["configs"]["minmax"]["outputs"]["logits"]["sqnr_db"] for k, v in out.items()}
+    assert sq["engine"] > sq["rules"]  # four layers fewer in INT8: closer to FP32
+
+
+def test_an_engine_of_another_model_is_refused(tmp_path, tiny_model, tiny_data):
+    from click.testing import CliRunner
+
+    from calib.cli import main
+
+    side = tmp_path / "other.engine.json"
+    side.write_text((TRT / "yolo" / "yolov3-tiny.mse.engine.json").read_text())
+    r = CliRunner().invoke(main, ["calibrate", str(tiny_model), "--data", str(tiny_data), "--algo", "minmax",
+                                  "--out", str(tmp_path / "c")])
+    assert r.exit_code == 0, r.output
+    r = CliRunner().invoke(main, ["evaluate", str(tiny_model), "--cache", str(tmp_path / "c" / "minmax.cache"),
+                                  "--data", str(tiny_data), "--engine-layers", str(side), "--out", str(tmp_path / "o")])
+    assert r.exit_code != 0 and "other.engine.json" in r.output and "not an engine of this model" in r.output
+    assert "Traceback" not in r.output and len(r.output.strip().splitlines()) == 1
