@@ -2,7 +2,8 @@
 
 Format (as written by TensorRT 8.x): a header `TRT-<version digits>-<calibrator algorithm>`, then one line
 `<tensor name>: <hex digits>` per tensor, the big-endian IEEE float32 of scale = amax / 127 (TensorRT writes the bits
-without leading zeros: a zero scale, for a tensor that was zero on every calibration batch, is `0`).
+without leading zeros: a zero scale, for a tensor that was zero on every calibration batch, is `0`; a scale of
+amax / 127 with 1 to 7 digits would be a subnormal float, so anything but 8 digits or `0` is a cut line).
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ CARRIERS = ("EntropyCalibration2", "EntropyCalibration", "MinMaxCalibration", "L
 DEFAULT_CARRIER = "EntropyCalibration2"
 NATIVE_CARRIER = {"entropy": "EntropyCalibration2", "minmax": "MinMaxCalibration"}
 _HEADER = re.compile(r"^TRT-(\d+)-([A-Za-z0-9]+)$")
-_LINE = re.compile(r"^(.+): ([0-9a-fA-F]{1,8})$")
+_LINE = re.compile(r"^(.+): ([0-9a-fA-F]{8}|0)$")
 _TRT_INTERNAL = re.compile(r"^\(Unnamed Layer\* \d+\) \[.+\]_output$")
 
 
@@ -94,7 +95,7 @@ def parse_cache(text: str, source: str = "<cache>") -> CalibrationCache:
             continue
         lm = _LINE.match(line)
         if not lm:
-            raise CacheError(f"{source}: line {no}: expected '<tensor>: <hex digits>', got '{line[:80]}'")
+            raise CacheError(f"{source}: line {no}: expected '<tensor>: <8 hex digits>', got '{line[:80]}'")
         name, hx = lm.group(1), lm.group(2)
         scale = hex_to_scale(hx)
         if not math.isfinite(scale) or scale < 0:
