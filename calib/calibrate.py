@@ -19,6 +19,7 @@ from calib.data.arrays import as_source
 from calib.data.prefetch import prefetch
 from calib.errors import CalibError, DataError
 from calib.fingerprint import fingerprint_update  # noqa: F401  (re-exported)
+from calib.memory import release
 from calib.model import ModelInfo, inspect_model, load_model, relu_bounds
 from calib.nvtx import nvtx_range
 from calib.progress import bar
@@ -130,14 +131,17 @@ def finite_samples(batch: dict, inputs, source, seen: int, label: str, skip: boo
 
 def collect(model_path: str | Path, source, micro_batch: int = 8, nbins: int = DEFAULT_BINS,
             label: str = "calibration data", info: ModelInfo | None = None, derive: bool = True,
-            blocked: bool = True, skip_nonfinite: bool = False, dropped: list | None = None):
+            blocked: bool = True, skip_nonfinite: bool = False, dropped: list | None = None,
+            give_back: bool = True):
     """Run the FP32 model over `source` once; returns (ModelInfo, HistogramCollector, samples, fingerprint).
 
     A sample holding NaN or Inf in an input is an error, or with `skip_nonfinite` left out (and its name added
     to `dropped`).
 
     derive: take the statistics of Relu/Clip(0, hi) outputs from their inputs' (not reading them again).
-    blocked: read the tensors in ONNX Runtime's blocked layout where that holds the same values (no reorders)."""
+    blocked: read the tensors in ONNX Runtime's blocked layout where that holds the same values (no reorders).
+    give_back: return the pass's memory to the system at the end (for work that follows in the same process; a
+    command that ends after writing the caches saves the extra one-sample run)."""
     from calib.runners.onnxruntime import OrtRunner
 
     proto = load_model(model_path)
@@ -152,6 +156,7 @@ def collect(model_path: str | Path, source, micro_batch: int = 8, nbins: int = D
     stats = HistogramCollector(nbins, signed=frozenset(x for x, _ in derived.values()))
     digest = hashlib.sha256()
     samples = seen = 0
+    tail = None  # the last micro-batch run
     total = len(source) if hasattr(source, "__len__") else None
 
     def fingerprint(batch):  # in the reader thread, in the source's order
@@ -171,6 +176,7 @@ def collect(model_path: str | Path, source, micro_batch: int = 8, nbins: int = D
             for lo in range(0, n, micro_batch):
                 part = {k: v[lo:lo + micro_batch] for k, v in batch.items()}
                 outs = runner.run(part, wanted)
+                tail = part
                 for name in wanted:
                     v = outs[name]
                     if isinstance(v, np.ndarray) and v.dtype.kind == "f":
@@ -178,6 +184,13 @@ def collect(model_path: str | Path, source, micro_batch: int = 8, nbins: int = D
                 del outs
             samples += n
             pbar.update(read)
+    if give_back and tail is not None:
+        # the pass's outputs lived in the shared arena, which keeps its regions: a one-sample run (its outputs are
+        # all that stays in use) shrinks it, before the sessions of whatever runs next in this process
+        runner.run({k: v[:1] for k, v in tail.items()}, wanted[:1], release=True)
+    del runner, tail
+    if give_back:
+        release()
     if samples == 0:
         raise DataError(f"{label}: no samples" + (f" ({seen} left out for NaN or Inf)" if seen else ""))
     for y, (x, hi) in derived.items():
@@ -212,13 +225,15 @@ def compute_all(stats: HistogramCollector, tensors, algorithms, params: dict | N
 def calibrate(model: str | Path, data, algorithms=ALL_ALGORITHMS, params: dict | None = None,
               batch_size: int = 8, preprocess: str = "none", out: str | Path | None = None,
               trt_version: str = "8600", carrier: str = cachefmt.DEFAULT_CARRIER,
-              micro_batch: int = 8, skip_nonfinite: bool = False, equalize: bool = False) -> CalibrationResult:
+              micro_batch: int = 8, skip_nonfinite: bool = False, equalize: bool = False,
+              give_back: bool = True) -> CalibrationResult:
     """Calibrate `model` on `data` (a Source, an ndarray, a dict of arrays per input, or a .npy/.npz path) with
     every algorithm.
 
     Returns a CalibrationResult; with `out`, also writes <algo>.cache and <algo>.json there, published as a whole
     (calib.publish: the previous contents stay until every file is written). With `equalize`, cross-layer
-    equalization first: the caches are then for OUT/<model>.equalized.onnx (written too; needs `out`)."""
+    equalization first: the caches are then for OUT/<model>.equalized.onnx (written too; needs `out`).
+    give_back: the pass's memory returned to the system at its end (calib.calibrate.collect)."""
     algorithms = [algorithms] if isinstance(algorithms, str) else list(algorithms)
     if not algorithms:
         raise CalibError("no calibration algorithm given")
@@ -244,7 +259,7 @@ def calibrate(model: str | Path, data, algorithms=ALL_ALGORITHMS, params: dict |
         t0 = time.perf_counter()
         dropped: list = []
         info2, stats, samples, fp = collect(model, data, micro_batch=micro_batch, label=label, info=info,
-                                            skip_nonfinite=skip_nonfinite, dropped=dropped)
+                                            skip_nonfinite=skip_nonfinite, dropped=dropped, give_back=give_back)
         t_pass = time.perf_counter() - t0
         amax, used, secs = compute_all(stats, info2.activations, algorithms, params, model=model)
         secs["pass"] = t_pass

@@ -92,7 +92,8 @@ def calibrate(model, data_args, algo, batch_size, percentile, trt_version, carri
         registry.get(a)
     data = make_cli_source(data_args, inspect_model(model), batch_size)
     res = run_calibration(model, data, algos, {"percentile": {"percentile": percentile}}, batch_size,
-                          "none", out, trt_version, carrier, skip_nonfinite=skip_nonfinite, equalize=equalize)
+                          "none", out, trt_version, carrier, skip_nonfinite=skip_nonfinite, equalize=equalize,
+                          give_back=False)  # the process ends after writing the caches
     if res.equalized:
         click.echo(f"{out}/{res.equalized['file']}  ({res.equalized['equalized']} of {res.equalized['pairs']} "
                    "Conv pairs equalized)")

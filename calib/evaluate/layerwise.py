@@ -8,6 +8,7 @@ import numpy as np
 import onnx
 
 from calib.evaluate.metrics import OutputRows, TensorStats
+from calib.memory import release
 from calib.model import ModelInfo
 from calib.engine_sim import simulated_model
 from calib.qdq import Exclusions, count_qdq
@@ -75,6 +76,7 @@ class Simulator:
         self.outputs = list(info.outputs)
         self.names = list(dict.fromkeys(self.outputs + expose))
         self.ref = OrtRunner(proto, expose=expose, spin=False, lean=True, label=str(model_path))
+        release()  # each session's set-up copies (model bytes, parsed graph) back before the next one
         self.tests = {}
         exclude, precision = exclude or {}, precision or {}
         for name, amax in configs.items():
@@ -82,7 +84,9 @@ class Simulator:
             log.info("%s: %d Q/DQ pairs", name, count_qdq(q))
             self.tests[name] = OrtRunner(q, expose=expose, spin=False, lean=True, label=f"{model_path} ({name})")
             del q
+            release()
         del proto
+        release()
         avail = set(self.ref.tensor_names())
         self.names = [n for n in self.names if n in avail]
 

@@ -27,6 +27,12 @@ def _register_lean_arena() -> None:
         log.debug("lean arena not registered: %s", exc)
 
 
+def _shrink() -> ort.RunOptions:
+    ro = ort.RunOptions()
+    ro.add_run_config_entry("memory.enable_memory_arena_shrinkage", "cpu:0")
+    return ro
+
+
 class OrtRunner:
     """Runs an ONNX model with ONNX Runtime; `expose` lists intermediate tensors to return."""
 
@@ -105,14 +111,18 @@ class OrtRunner:
     def output_names(self) -> list[str]:
         return list(self._graph_outputs)
 
-    def run(self, batch: Mapping[str, np.ndarray], outputs: Sequence[str] | None = None) -> dict[str, np.ndarray]:
+    def run(self, batch: Mapping[str, np.ndarray], outputs: Sequence[str] | None = None,
+            release: bool = False) -> dict[str, np.ndarray]:
+        """The named tensors (default: every exposed one) on `batch`. release: after this run, give the CPU
+        arena's free regions back (ONNX Runtime's arena shrinkage; with `lean`, the arena all lean sessions share):
+        for a session's last run, before other work needs the memory."""
         missing = [n for n in self.inputs if n not in batch]
         if missing:
             raise DataError(f"{self.label}: batch lacks model input '{missing[0]}' (has {sorted(batch)})")
         feed = {n: batch[n] for n in self.inputs}
         names = list(outputs) if outputs is not None else self._names
         try:
-            values = self.session.run([self._rename.get(n, n) for n in names], feed)
+            values = self.session.run([self._rename.get(n, n) for n in names], feed, _shrink() if release else None)
         except Exception as exc:
             first = str(exc).splitlines()[0] if str(exc) else exc.__class__.__name__
             raise DataError(f"{self.label}: inference failed: {first}") from None
