@@ -131,13 +131,23 @@ def calibrate(model: Path, arrays: dict, batch: int, kind: str, cache: Path, opt
     inputs = {k: (tuple(v.shape[1:]), v.dtype) for k, v in arrays.items()}
     shapes = tuple((k, (batch, *s)) for k, (s, _) in inputs.items())
     cal = make_calibrator(kind, Batches(arrays, batch), inputs, batch, cuda, cache, sha256_file(model))
+    cls = type(cal)
+
+    class Counting(cls):  # every get_batch call, the None that ends the data included
+        def get_batch(self, names):
+            self.asked = getattr(self, "asked", []) + [list(names)]
+            return cls.get_batch(self, names)
+
+    cal = Counting()
     spec = builder.BuildSpec(precisions=("fp32", "int8"), optimization_level=opt_level, batch_size=batch,
                              shapes=shapes, tactic_sources=TACTICS)
     cache.unlink(missing_ok=True)
     t0 = time.time()
     built = builder.build(model, spec, cal)
     info = {k: v for k, v in built.info.items() if k != "layers"}
+    asked = getattr(cal, "asked", [])
     info.update(kind=kind, seconds=round(time.time() - t0, 2), get_batch_calls=cal.calls,
+                get_batch_asked=len(asked), names_asked=asked[0] if asked else None,
                 samples=cal.rebatcher.samples, padded=cal.rebatcher.padded, batch=batch,
                 data_sha256=digest(arrays), cache_written=cache.is_file(),
                 int8_layers=[ly.get("name") for ly in built.layers if "int8" in str(ly.get("precision", "")).lower()],
@@ -219,7 +229,8 @@ def main() -> int:
                     info = calibrate(pdir / f"{net}.onnx", arrays, batch, kind, pdir / f"{net}-{kind}.cache",
                                      a.opt_level, cuda)
                     (pdir / f"{net}-{kind}-build.json").write_text(json.dumps(info, indent=1, default=str))
-                    res[kind] = {k: info[k] for k in ("seconds", "get_batch_calls", "samples", "data_sha256")}
+                    res[kind] = {k: info[k] for k in ("seconds", "get_batch_calls", "get_batch_asked", "samples",
+                                                      "data_sha256")}
                 return res
             job(f"probe {net}", run_probe)
 
@@ -234,7 +245,8 @@ def main() -> int:
             info["model_file"] = models[name]
             info["data_file"] = datas[name]
             (mdir / f"build-{kind}.json").write_text(json.dumps(info, indent=1, default=str))
-            return {k: info[k] for k in ("seconds", "get_batch_calls", "samples", "padded", "batch", "data_sha256",
+            return {k: info[k] for k in ("seconds", "get_batch_calls", "get_batch_asked", "samples", "padded", "batch",
+                                         "data_sha256",
                                          "cache_written")} | {"int8_layers": len(info["int8_layers"])}
         job(f"{kind} {name}", run_model)
     summary["seconds"] = round(time.time() - t_start, 1)

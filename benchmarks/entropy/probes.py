@@ -57,7 +57,11 @@ def _dist_data(seed: int = 20) -> dict[str, np.ndarray]:
         "first_zero": rng.standard_normal(shape),
         "two_point": (rng.random(shape) < 0.5).astype(np.float64),
         "halfnormal": np.abs(rng.standard_normal(shape)),
+        "outlier_mid": rng.standard_normal(shape),
+        "outlier_huge": rng.standard_normal(shape),
     }
+    d["outlier_mid"][3, 0, 5] = 200.0  # the body spans ~46 of 2048 bins: below a search start at 128?
+    d["outlier_huge"][3, 0, 5] = 1000.0  # ~9 bins
     d["outlier_first"][0, 0, 0] = 50.0
     d["outlier_last"] = d["outlier_first"].copy()
     d["outlier_last"][0, 0, 0] = d["outlier_last"][-1, 0, 0]
