@@ -183,6 +183,7 @@ def collect(model_path: str | Path, source, micro_batch: int = 8, nbins: int = D
                         stats.update(name, v)
                 del outs
             samples += n
+            stats.first = False  # TensorRT sets its histogram ranges from the first batch alone
             pbar.update(read)
     if give_back and tail is not None:
         # the pass's outputs lived in the shared arena, which keeps its regions: a one-sample run (its outputs are

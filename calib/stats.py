@@ -40,6 +40,9 @@ class Histogram:
     count: int = 0
     nonfinite: int = 0
     neg: np.ndarray | None = None  # counts of the negative values alone (same bins), when kept
+    zeros: int = 0  # exact zeros among the counted values (bin 0 holds them and the small values alike)
+    first_absmax: float | None = None  # absmax and max of the first batch alone: TensorRT sets its histogram's
+    first_max: float | None = None  # range from its first calibration batch (calib.algorithms.entropy)
 
     @property
     def nbins(self) -> int:
@@ -79,7 +82,11 @@ class Histogram:
             y[k + 1:] = 0
         mn, mx = min(max(self.min, 0.0), hi), min(max(self.max, 0.0), hi)
         absmax = mx if self.min <= self.max else 0.0
-        return Histogram(y, self.width, absmax, mn, mx, self.count, self.nonfinite)
+        first = None if self.first_max is None else min(max(self.first_max, 0.0), hi)
+        zeros = self.zeros + int(self.neg.sum())  # Relu makes every negative value an exact zero
+        return Histogram(y, self.width, absmax, mn, mx, self.count, self.nonfinite, zeros=zeros,
+                         first_absmax=first, first_max=first)
+
 
     def merge(self, other: "Histogram") -> "Histogram":
         if other.nbins != self.nbins:
@@ -100,6 +107,9 @@ class Histogram:
         a.max = max(a.max, b.max)
         a.count += b.count
         a.nonfinite += b.nonfinite
+        a.zeros += b.zeros
+        if a.first_absmax is None:
+            a.first_absmax, a.first_max = b.first_absmax, b.first_max
         return a
 
 
@@ -123,6 +133,7 @@ class HistogramCollector:
     nbins: int = DEFAULT_BINS
     hists: dict = field(default_factory=dict)
     signed: frozenset = frozenset()
+    first: bool = True  # the updates belong to the first calibration batch (collect clears it after that batch)
 
     def update(self, name: str, array: np.ndarray) -> None:
         from calib.kernels import abs_histogram, range_stats
@@ -156,6 +167,10 @@ class HistogramCollector:
             h.absmax = max(h.absmax, float(amax))
             h.min = min(h.min, float(mn))
             h.max = max(h.max, float(mx))
+            if self.first:
+                h.first_absmax = max(h.first_absmax or 0.0, float(amax))
+                h.first_max = float(mx) if h.first_max is None else max(h.first_max, float(mx))
+        h.zeros += int(flat.size) - int(np.count_nonzero(flat))
         h.count += int(flat.size) - int(bad)
         h.nonfinite += int(bad)
 

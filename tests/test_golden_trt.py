@@ -42,3 +42,26 @@ def test_entropy_close_to_entropycalibration2(which, gold, med, p90, request):
     dev = np.abs(r - 1)
     assert np.median(dev) <= med
     assert np.percentile(dev, 90) <= p90
+
+
+@pytest.mark.parametrize("which,gold", [("cnn", "cnn/int8-entropy2.cache"), ("mbv2", "mobilenet_v2/entropy2.cache")])
+def test_entropycalibration2_thresholds_sit_on_the_first_batch_grid(which, gold, request):
+    """TensorRT's histogram: 2048 bins over the first batch's absmax, the width doubled while a later batch is
+    past the range; its threshold is a bin centre. So amax / width - 0.5 is an integer for every tensor on that
+    grid, and not on calib's former grid (2048 bins over the absmax of all batches)."""
+    from calib.algorithms.entropy import tensorrt_width
+
+    res = request.getfixturevalue(which)
+    trt = read_cache(golden(*gold.split("/"))).amaxes()
+    names = [k for k in trt if k in res.stats.hists]
+    assert len(names) >= 10
+    on, off = [], []
+    for k in names:
+        h = res.stats.hists[k]
+        w = tensorrt_width(h.first_absmax, h.absmax)
+        on.append(trt[k] / w - 0.5)
+        off.append(trt[k] / (h.absmax / 2048) - 0.5)
+    on, off = np.array(on), np.array(off)
+    assert np.abs(on - np.round(on)).max() < 2e-3
+    assert np.mean(np.abs(off - np.round(off)) > 0.05) > 0.3  # the absmax grid misses most
+    assert on.max() <= 2048.0 + 1e-3 and on.min() >= 127.0
