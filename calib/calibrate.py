@@ -132,7 +132,7 @@ def finite_samples(batch: dict, inputs, source, seen: int, label: str, skip: boo
 def collect(model_path: str | Path, source, micro_batch: int = 8, nbins: int = DEFAULT_BINS,
             label: str = "calibration data", info: ModelInfo | None = None, derive: bool = True,
             blocked: bool = True, skip_nonfinite: bool = False, dropped: list | None = None,
-            give_back: bool = True):
+            give_back: bool = True, tensorrt_grid: bool = True):
     """Run the FP32 model over `source` once; returns (ModelInfo, HistogramCollector, samples, fingerprint).
 
     A sample holding NaN or Inf in an input is an error, or with `skip_nonfinite` left out (and its name added
@@ -141,7 +141,9 @@ def collect(model_path: str | Path, source, micro_batch: int = 8, nbins: int = D
     derive: take the statistics of Relu/Clip(0, hi) outputs from their inputs' (not reading them again).
     blocked: read the tensors in ONNX Runtime's blocked layout where that holds the same values (no reorders).
     give_back: return the pass's memory to the system at the end (for work that follows in the same process; a
-    command that ends after writing the caches saves the extra one-sample run)."""
+    command that ends after writing the caches saves the extra one-sample run).
+    tensorrt_grid: also keep each tensor's histogram on TensorRT's own grid (its range from the first batch, which
+    takes one more pass of the model over that batch), for the entropy algorithm to match EntropyCalibration2."""
     from calib.runners.onnxruntime import OrtRunner
 
     proto = load_model(model_path)
@@ -173,6 +175,8 @@ def collect(model_path: str | Path, source, micro_batch: int = 8, nbins: int = D
             batch = finite_samples(batch, inputs, source, seen, label, skip_nonfinite, dropped)
             seen += read
             n = int(next(iter(batch.values())).shape[0])
+            if bi == 0 and tensorrt_grid:
+                _first_batch_ranges(runner, batch, wanted, micro_batch, derived, stats)
             for lo in range(0, n, micro_batch):
                 part = {k: v[lo:lo + micro_batch] for k, v in batch.items()}
                 outs = runner.run(part, wanted)
@@ -202,6 +206,30 @@ def collect(model_path: str | Path, source, micro_batch: int = 8, nbins: int = D
         if h.count == 0:
             raise DataError(f"tensor '{name}': every value is NaN or Inf; no scale can be computed")
     return info, stats, samples, digest.hexdigest()
+
+
+def _first_batch_ranges(runner, batch: dict, wanted: list, micro_batch: int, derived: dict, stats) -> None:
+    """Each tensor's absmax (and max) over the first batch, where TensorRT sets its histogram ranges."""
+    from calib.kernels import range_stats
+
+    amax: dict = {}
+    top: dict = {}
+    n = int(next(iter(batch.values())).shape[0])
+    for lo in range(0, n, micro_batch):
+        outs = runner.run({k: v[lo:lo + micro_batch] for k, v in batch.items()}, wanted)
+        for name in wanted:
+            v = outs[name]
+            if isinstance(v, np.ndarray) and v.dtype.kind == "f" and v.size:
+                flat = np.ascontiguousarray(v, dtype=np.float32).reshape(-1)
+                mn, mx, am, _bad = range_stats(flat, 1)
+                if mn <= mx:
+                    amax[name] = max(amax.get(name, 0.0), float(am))
+                    top[name] = max(top.get(name, -np.inf), float(mx))
+        del outs
+    stats.trt_first = dict(amax)
+    for y, (x, hi) in derived.items():
+        stats.trt_derived.setdefault(x, []).append((y, hi))
+        stats.trt_first[y] = min(max(top.get(x, 0.0), 0.0), hi)
 
 
 def compute_all(stats: HistogramCollector, tensors, algorithms, params: dict | None = None,

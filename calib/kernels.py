@@ -196,6 +196,81 @@ def kl_divergences(bins, num_levels, start, stride):
 
 
 @njit(parallel=True, cache=True, nogil=True)
+def grid_histogram(flat, width, lo, hi, nbins, nchunks):
+    """Counts of floor(clip(x, lo, hi)' / width) over a 1-D float32 array, where x' = |x| when lo < 0 (the |x|
+    histogram) and x clipped to [lo, hi] otherwise (a Relu/Clip output); indices past the last bin land in it.
+    Non-finite values are left out. The division is done in float32, as on the GPU."""
+    n = flat.size
+    step = (n + nchunks - 1) // nchunks
+    local = np.zeros((nchunks, nbins), np.int64)
+    w = np.float32(width)
+    for c in prange(nchunks):
+        a = min(n, c * step)
+        b = min(n, a + step)
+        h = local[c]
+        for j in range(a, b):
+            x = flat[j]
+            if not np.isfinite(x):
+                continue
+            if lo < 0.0:
+                v = abs(x)
+            else:
+                v = min(max(x, np.float32(lo)), np.float32(hi))
+            k = int(v / w)
+            if k > nbins - 1:
+                k = nbins - 1
+            h[k] += 1
+    out = np.zeros(nbins, np.int64)
+    for c in range(nchunks):
+        out += local[c]
+    return out
+
+
+@njit(parallel=True, cache=True, nogil=True)
+def kl_divergences_tensorrt(bins, num_levels, start):
+    """KL(P || Q) for every candidate of i bins, i = start .. len(bins), as TensorRT's EntropyCalibration2 has it
+    (8.6, matched bit for bit on tests/golden): P is bins[:i] with the outliers folded into its last bin; bin k < i
+    goes to level floor(k * num_levels / i); Q spreads each level's count (of bins[:i], outliers not included) evenly
+    over the level's non-empty bins of `bins`. inf where P has mass that Q lacks (an empty last bin with outliers)."""
+    n = bins.size
+    cum = np.zeros(n + 1)
+    cumnz = np.zeros(n + 1)
+    cumblogb = np.zeros(n + 1)
+    for k in range(n):
+        b = bins[k]
+        cum[k + 1] = cum[k] + b
+        cumnz[k + 1] = cumnz[k] + (1.0 if b > 0 else 0.0)
+        cumblogb[k + 1] = cumblogb[k] + (b * np.log(b) if b > 0 else 0.0)
+    total = cum[n]
+    count = n - start + 1
+    out = np.empty(count)
+    for t in prange(count):
+        i = start + t
+        outliers = total - cum[i]
+        qs = cum[i]
+        if total <= 0 or qs <= 0 or (outliers > 0 and bins[i - 1] <= 0):
+            out[t] = np.inf
+            continue
+        last = bins[i - 1] + outliers
+        plogp = cumblogb[i - 1] + (last * np.log(last) if last > 0 else 0.0)
+        cross = 0.0
+        for j in range(num_levels):
+            e0 = (j * i + num_levels - 1) // num_levels  # first k with floor(k * L / i) == j: ceil(j * i / L)
+            e1 = ((j + 1) * i + num_levels - 1) // num_levels
+            if e1 > i:
+                e1 = i
+            if e1 <= e0:
+                continue
+            sj = cum[e1] - cum[e0]
+            cnt = cumnz[e1] - cumnz[e0]
+            if cnt > 0:
+                pj = sj + (outliers if e1 == i else 0.0)
+                cross += pj * np.log(sj / cnt / qs)
+        out[t] = (plogp - total * np.log(total) - cross) / total
+    return out
+
+
+@njit(parallel=True, cache=True, nogil=True)
 def mse_errors(centers, counts, amaxes):
     """Sum of squared symmetric-int8 quantisation error over a histogram, for each candidate amax."""
     out = np.empty(amaxes.size)

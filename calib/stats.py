@@ -28,6 +28,39 @@ def _exponent_for(absmax: float, nbins: int) -> int:
     return e
 
 
+TRT_BINS = 2048
+
+
+@dataclass
+class TrtGrid:
+    """TensorRT's own histogram of a tensor (EntropyCalibration2, 8.6): `nbins` bins of `width`, the width set to
+    the first calibration batch's absmax / nbins and doubled (neighbouring bins summed) while a later batch holds a
+    value past the range; a value at the top edge lands in the last bin. lo < 0: the bins count |x|; else they
+    count x clipped to [lo, hi] (a Relu/Clip output counted while its input is read)."""
+
+    width: float | None  # None until a batch with a non-zero value arrives
+    counts: np.ndarray
+    lo: float = -1.0
+    hi: float = math.inf
+
+    def add(self, flat: np.ndarray, top: float, first: float) -> None:
+        """Count `flat` (float32, 1-D); `top` is the largest value this view of it holds, `first` the first
+        batch's absmax of the view (the range TensorRT starts from)."""
+        from calib.kernels import grid_histogram
+
+        if self.width is None:
+            start = first if first > 0.0 else top
+            if start <= 0.0:  # all zeros so far: bin 0, whatever the width will be
+                self.counts[0] += flat.size
+                return
+            self.width = start / self.counts.size
+        while top > self.counts.size * self.width:
+            self.counts = _halve(self.counts)
+            self.width *= 2.0
+        chunks = _threads() if flat.size > (1 << 16) else 1
+        self.counts += grid_histogram(flat, self.width, self.lo, self.hi, self.counts.size, chunks)
+
+
 @dataclass
 class Histogram:
     """Histogram of |x|: counts[i] holds values in [i*width, (i+1)*width)."""
@@ -43,6 +76,7 @@ class Histogram:
     zeros: int = 0  # exact zeros among the counted values (bin 0 holds them and the small values alike)
     first_absmax: float | None = None  # absmax and max of the first batch alone: TensorRT sets its histogram's
     first_max: float | None = None  # range from its first calibration batch (calib.algorithms.entropy)
+    trt: TrtGrid | None = None  # TensorRT's own 2048-bin histogram, when the collector was told the first batch
 
     @property
     def nbins(self) -> int:
@@ -108,9 +142,27 @@ class Histogram:
         a.count += b.count
         a.nonfinite += b.nonfinite
         a.zeros += b.zeros
+        a.trt = _merge_grids(self.trt, other.trt)
         if a.first_absmax is None:
             a.first_absmax, a.first_max = b.first_absmax, b.first_max
         return a
+
+
+def _merge_grids(a: TrtGrid | None, b: TrtGrid | None) -> TrtGrid | None:
+    """Two TensorRT grids summed when one width is a power-of-two multiple of the other (else None: the grids
+    do not align, as when two workers saw different first batches)."""
+    if a is None or b is None or a.width is None or b.width is None:
+        return a if b is None else (b if a is None else None)
+    small, big = (a, b) if a.width <= b.width else (b, a)
+    ratio = big.width / small.width
+    if ratio != 2.0 ** round(math.log2(ratio)) or small.counts.size != big.counts.size:
+        return None
+    out = TrtGrid(small.width, small.counts.copy(), small.lo, small.hi)
+    while out.width < big.width:
+        out.counts = _halve(out.counts)
+        out.width *= 2.0
+    out.counts = out.counts + big.counts
+    return out
 
 
 def _halve(c: np.ndarray) -> np.ndarray:
@@ -134,6 +186,9 @@ class HistogramCollector:
     hists: dict = field(default_factory=dict)
     signed: frozenset = frozenset()
     first: bool = True  # the updates belong to the first calibration batch (collect clears it after that batch)
+    trt_first: dict = field(default_factory=dict)  # tensor -> first batch's absmax: keep TensorRT's grid for it
+    trt_derived: dict = field(default_factory=dict)  # read tensor -> [(Relu/Clip output, hi)] counted from it
+    trt_pending: dict = field(default_factory=dict)  # derived output -> its TrtGrid, until derive()
 
     def update(self, name: str, array: np.ndarray) -> None:
         from calib.kernels import abs_histogram, range_stats
@@ -173,10 +228,24 @@ class HistogramCollector:
         h.zeros += int(flat.size) - int(np.count_nonzero(flat))
         h.count += int(flat.size) - int(bad)
         h.nonfinite += int(bad)
+        if mn <= mx:
+            self._trt_update(name, h, flat, float(amax), float(mx))
+
+    def _trt_update(self, name: str, h: Histogram, flat: np.ndarray, amax: float, mx: float) -> None:
+        if name in self.trt_first:
+            if h.trt is None:
+                h.trt = TrtGrid(None, np.zeros(TRT_BINS, np.int64))
+            h.trt.add(flat, amax, self.trt_first[name])
+        for y, hi in self.trt_derived.get(name, ()):
+            g = self.trt_pending.get(y)
+            if g is None:
+                g = self.trt_pending[y] = TrtGrid(None, np.zeros(TRT_BINS, np.int64), 0.0, hi)
+            g.add(flat, min(max(mx, 0.0), hi), self.trt_first.get(y, 0.0))
 
     def derive(self, name: str, source: str, hi: float) -> None:
         """Set `name`'s histogram to that of min(max(source, 0), hi) (source must be in `signed`)."""
         self.hists[name] = self.hists[source].derive_relu(hi)
+        self.hists[name].trt = self.trt_pending.get(name)
 
     def merge(self, other: "HistogramCollector") -> "HistogramCollector":
         out = HistogramCollector(self.nbins, signed=self.signed | other.signed)

@@ -37,14 +37,18 @@ def tensorrt_width(first_absmax: float, absmax: float, num_bins: int = 2048) -> 
 
 
 def compute_amax(hist, num_bins: int = 2048, num_levels: int = 128, zero_bin: str = "drop",
-                 stride: int = 1, grid: str = "absmax") -> float:
+                 stride: int = 1, grid: str = "tensorrt") -> float:
     top = float(hist.absmax)
     if top == 0.0 or hist.counts.sum() == 0:
         return top
     first = getattr(hist, "first_absmax", None)
+    exact = getattr(hist, "trt", None)
     trt = grid == "tensorrt" and first is not None and first > 0.0
-    width = tensorrt_width(first, top, num_bins) if trt else top / num_bins
-    bins = hist.resample(num_bins, num_bins * width)
+    if trt and exact is not None and exact.width is not None and exact.counts.size == num_bins:
+        width, bins = exact.width, exact.counts.astype(np.float64)
+    else:
+        width = tensorrt_width(first, top, num_bins) if trt else top / num_bins
+        bins = hist.resample(num_bins, num_bins * width)
     if zero_bin == "drop":
         bins[0] = 0.0
     elif zero_bin == "zeros":
@@ -53,8 +57,13 @@ def compute_amax(hist, num_bins: int = 2048, num_levels: int = 128, zero_bin: st
         bins[0] = bins[1]
     if bins.sum() == 0:
         return top
-    from calib.kernels import kl_divergences
+    from calib.kernels import kl_divergences, kl_divergences_tensorrt
 
+    if trt:
+        div = kl_divergences_tensorrt(bins.astype(np.float64), num_levels, num_levels)
+        if not np.isfinite(div).any():
+            return top
+        return float((num_levels + int(np.argmin(div)) + 0.5) * width)
     ivals, div = kl_divergences(bins.astype(np.float64), num_levels, num_levels, stride)
     if not np.isfinite(div).any():
         return top
