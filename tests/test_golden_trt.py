@@ -33,8 +33,8 @@ def test_minmax_matches_tensorrt(which, gold, request):
     assert np.abs(r - 1).max() < 1e-5
 
 
-@pytest.mark.parametrize("which,gold,med,p90", [("cnn", "cnn/int8-entropy2.cache", 0.05, 0.10),
-                                                ("mbv2", "mobilenet_v2/entropy2.cache", 0.05, 0.15)])
+@pytest.mark.parametrize("which,gold,med,p90", [("cnn", "cnn/int8-entropy2.cache", 1e-6, 1e-6),
+                                                ("mbv2", "mobilenet_v2/entropy2.cache", 1e-6, 1e-3)])
 def test_entropy_close_to_entropycalibration2(which, gold, med, p90, request):
     res = request.getfixturevalue(which)
     trt = read_cache(golden(*gold.split("/"))).amaxes()
@@ -42,6 +42,7 @@ def test_entropy_close_to_entropycalibration2(which, gold, med, p90, request):
     dev = np.abs(r - 1)
     assert np.median(dev) <= med
     assert np.percentile(dev, 90) <= p90
+    assert np.mean(dev < 1e-6) >= 0.9  # bit for bit on TensorRT's grid (96 of MobileNetV2's 101 tensors)
 
 
 @pytest.mark.parametrize("which,gold", [("cnn", "cnn/int8-entropy2.cache"), ("mbv2", "mobilenet_v2/entropy2.cache")])

@@ -138,6 +138,10 @@ def calibrate(model: Path, arrays: dict, batch: int, kind: str, cache: Path, opt
             self.asked = getattr(self, "asked", []) + [list(names)]
             return cls.get_batch(self, names)
 
+        def write_calibration_cache(self, blob):  # TensorRT's bytes first, whatever calib's reader says of them
+            cache.with_name(cache.stem + ".raw" + cache.suffix).write_bytes(bytes(blob))
+            return cls.write_calibration_cache(self, blob)
+
     cal = Counting()
     spec = builder.BuildSpec(precisions=("fp32", "int8"), optimization_level=opt_level, batch_size=batch,
                              shapes=shapes, tactic_sources=TACTICS)

@@ -63,7 +63,8 @@ def compute_amax(hist, num_bins: int = 2048, num_levels: int = 128, zero_bin: st
         div = kl_divergences_tensorrt(bins.astype(np.float64), num_levels, num_levels)
         if not np.isfinite(div).any():
             return top
-        return float((num_levels + int(np.argmin(div)) + 0.5) * width)
+        best = div.size - 1 - int(np.argmin(div[::-1]))  # the last minimum: many candidates tie on sparse tensors
+        return float((num_levels + best + 0.5) * width)
     ivals, div = kl_divergences(bins.astype(np.float64), num_levels, num_levels, stride)
     if not np.isfinite(div).any():
         return top
