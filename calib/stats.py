@@ -2,7 +2,9 @@
 
 Each tensor keeps its exact min/max/absmax and a histogram of |x| with a fixed number of bins whose width is
 a power of two. When a larger value arrives the width doubles and neighbouring bins are summed, which is exact:
-the final histogram is the same whatever the batch size or order, and two collectors merge exactly.
+the final histogram is the same whatever the batch size or order, and two collectors merge exactly. Told each
+tensor's absmax over the first calibration batch (`trt_first`), a collector also keeps TensorRT's own 2048-bin
+histogram of it (TrtGrid), which depends on that first batch as EntropyCalibration2's does.
 Memory per tensor is `nbins` int64 counts, independent of the number of samples.
 
 A tensor read by a Relu or Clip(0, hi) can also keep the counts of its negative values; the activation's
