@@ -90,7 +90,8 @@ class DetectionSpec:
 
 @dataclass(frozen=True)
 class EvaluationSpec:
-    task: str = field(default="outputs", metadata={"choices": ("classification", "detection", "outputs")})
+    task: str = field(default="outputs",
+                      metadata={"choices": ("classification", "detection", "outputs", "embedding")})
     batch_size: int = field(default=8, metadata=POSITIVE)
     detection: DetectionSpec = DetectionSpec()
     histograms: int = field(default=6, metadata=NON_NEGATIVE)  # tensors with a histogram plot in the report

@@ -50,6 +50,8 @@ class Memory:
         self.blocks: dict[int, ctypes.Array] = {}
         self.writes: dict[int, int] = {}  # pointer -> number of copies into it (engines skip unchanged inputs)
         self.frees = 0
+        self.pinned: set[int] = set()  # pointers from malloc_host
+        self.async_copies = 0  # copies made through to_device_async / to_host_async (with a pinned host side)
 
     def name(self) -> str:
         return "stand-in GPU (sm_90)"
@@ -73,6 +75,27 @@ class Memory:
                 raise RuntimeError("copy larger than the allocation")
         ctypes.memmove(int(dst), int(src), int(nbytes))
         self.writes[int(dst)] = self.writes.get(int(dst), 0) + 1
+
+    def malloc_host(self, nbytes: int) -> int:
+        ptr = self.malloc(nbytes)
+        self.pinned.add(ptr)
+        return ptr
+
+    def free_host(self, ptr: int) -> None:
+        self.pinned.discard(int(ptr))
+        self.free(ptr)
+
+    def copy_async(self, dst: int, src: int, nbytes: int, stream) -> None:
+        if int(dst) not in self.pinned and int(src) not in self.pinned:
+            raise RuntimeError("an async copy whose host side is not pinned memory (it would run synchronously)")
+        self.copy(dst, src, nbytes)
+        self.async_copies += 1
+
+    def to_device_async(self, ptr: int, host_ptr: int, nbytes: int, stream) -> None:
+        self.copy_async(ptr, host_ptr, nbytes, stream)
+
+    def to_host_async(self, host_ptr: int, ptr: int, nbytes: int, stream) -> None:
+        self.copy_async(host_ptr, ptr, nbytes, stream)
 
     def to_device(self, ptr: int, host: np.ndarray) -> None:
         host = np.ascontiguousarray(host)

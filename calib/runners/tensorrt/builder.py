@@ -125,6 +125,7 @@ class Built:
 
 
 def _parse(trt, builder, model_path, strongly_typed: bool):
+    compat.load_plugins(trt, trt_logger(trt))
     network = builder.create_network(compat.network_flags(trt, strongly_typed))
     parser = trt.OnnxParser(network, trt_logger(trt))
     ok = parser.parse_from_file(str(model_path))
