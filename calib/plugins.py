@@ -227,3 +227,37 @@ def add_efficient_nms(model: onnx.ModelProto, score_threshold: float = 0.25, iou
         helper.make_tensor_value_info("detection_scores", TensorProto.FLOAT, [b, max_output_boxes]),
         helper.make_tensor_value_info("detection_classes", TensorProto.INT32, [b, max_output_boxes])])
     return m
+
+
+class PluginModelRunner:
+    """A model with plugin nodes on the CPU: the graph before the plugins in ONNX Runtime, then the plugins in
+    numpy. run() returns the model's own outputs (and any tensor of the cut graph asked for by name)."""
+
+    backend = "onnxruntime+numpy"
+
+    def __init__(self, model, label: str | None = None, threads: int = 0):
+        from calib.model import load_model
+        from calib.runners.onnxruntime import OrtRunner
+
+        proto = model if isinstance(model, onnx.ModelProto) else load_model(model)
+        self.label = label or (proto.graph.name if isinstance(model, onnx.ModelProto) else str(model))
+        self.head, self.plugins = cut_before_plugins(proto, self.label)
+        check_known(self.plugins, self.label)
+        self.outputs = [o.name for o in proto.graph.output]
+        self.head_outputs = [o.name for o in self.head.graph.output]
+        self.runner = OrtRunner(self.head, threads=threads)
+
+    def tensor_names(self) -> list[str]:
+        return list(self.outputs)
+
+    def output_names(self) -> list[str]:
+        return list(self.outputs)
+
+    def run(self, batch, outputs=None) -> dict[str, np.ndarray]:
+        head = self.runner.run(batch)
+        values = {**head, **run_plugins(self.plugins, head)}
+        names = self.outputs if outputs is None else list(outputs)
+        missing = [n for n in names if n not in values]
+        if missing:
+            raise ModelError(f"{self.label}: '{missing[0]}' is not an output of the model")
+        return {n: values[n] for n in names}

