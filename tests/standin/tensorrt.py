@@ -267,6 +267,9 @@ class _Parser:
             net.layers.append(_Layer(net.t, node))
         by_name = {o.name: o for layer in net.layers for o in layer.outputs}
         net.outputs = [by_name[o.name] for o in m.graph.output]
+        for t, o in zip(net.outputs, m.graph.output):  # an integer graph output (a plugin's counts) stays integer
+            if o.type.tensor_type.elem_type == onnx.TensorProto.INT32:
+                t.dtype = DataType.INT32
         return True
 
 
@@ -419,7 +422,8 @@ class _Builder:
                                        for o in layer.outputs],
                            "TacticName": "standin"})
         plan = {"model": net.model_path, "inputs": [[i.name, list(i.shape), int(i.dtype)] for i in net.inputs],
-                "outputs": [o.name for o in net.outputs], "shapes": {k: [list(s) for s in v] for k, v in shapes.items()},
+                "outputs": [o.name for o in net.outputs], "output_dtypes": [int(o.dtype) for o in net.outputs],
+                "shapes": {k: [list(s) for s in v] for k, v in shapes.items()},
                 "profiles": [{k: [list(s) for s in v] for k, v in p.items()} for p in profiles],
                 "layers": layers, "scales": scales, "flags": sorted(int(f) for f in cfg.flags),
                 "simulate_int8": bool(self.t.simulate_int8 and scales),
@@ -464,7 +468,8 @@ class _Engine:
     def __init__(self, t, plan, named, bindings):
         self.t, self.plan = t, plan
         self.io = [(n, True, shape, DataType(dt)) for n, shape, dt in plan["inputs"]]
-        self.io += [(o, False, None, DataType.FLOAT) for o in plan["outputs"]]
+        dts = plan.get("output_dtypes") or [DataType.FLOAT] * len(plan["outputs"])
+        self.io += [(o, False, None, DataType(dt)) for o, dt in zip(plan["outputs"], dts)]
         self.profiles = plan.get("profiles") or [plan["shapes"]]
         self.num_optimization_profiles = len(self.profiles)
         if named:
@@ -601,8 +606,9 @@ class _Context:
         if key == getattr(self, "_last", None):
             return True  # same inputs as the last run: the outputs in memory are already right (timing loops)
         feed = {n: mem.read(self.addr[n], self.shapes[n], _NP[dt]) for n, is_in, _, dt in self.e.io if is_in}
+        out_dt = {n: _NP[dt] for n, is_in, _, dt in self.e.io if not is_in}
         for k, v in self.e.runner.run(feed).items():
-            mem.to_device(self.addr[k], np.ascontiguousarray(v, np.float32))
+            mem.to_device(self.addr[k], np.ascontiguousarray(v, out_dt.get(k, np.float32)))
         self._last = (tuple((n, self.addr[n], mem.writes.get(self.addr[n], 0), self.shapes[n]) for n in self.shapes),
                       tuple(sorted(self.addr.items())))
         return True

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# What deployments need, on a machine with an NVIDIA GPU, TensorRT 8.6 and the requirements-device.txt wheels for
+# Python 3.10, from the repository root, with no network: the zoo models (yolov8n-320, minilm-l6) already in
+# $CALIB_HOME/zoo (`calib zoo fetch` on a machine with one, then copy the folder).
+#   bash benchmarks/deploy_gpu.sh OUT [LEVEL] [STEPS]
+# LEVEL: TensorRT's builder optimization level (default 1: functional runs; 3 for timings you report).
+# STEPS: a comma list of tests,yolov8n,minilm (default all), run in that order, each under its own time limit:
+#   tests    the GPU tests of optimization profiles (1/8/32), the EfficientNMS plugin model, the sentence encoder
+#            (FP16 and INT8 Q/DQ); their figures in OUT/gpu/*.json, the log in OUT/pytest.log
+#   yolov8n  calib run recipes/yolov8n.yaml with backend tensorrt -> OUT/yolov8n.log, OUT/runs/yolov8n-trt
+#   minilm   calib run recipes/minilm.yaml with backend tensorrt -> OUT/minilm.log, OUT/runs/minilm-trt
+# benchmarks/deploy_table.py OUT turns what comes back into benchmarks/RESULTS_DEPLOY.md.
+set -uo pipefail
+out=$1 level=${2:-1} steps=${3:-tests,yolov8n,minilm}
+py=${PYTHON:-python3.10}
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+export CALIB_TRT_TACTIC_SOURCES=${CALIB_TRT_TACTIC_SOURCES:-EDGE_MASK_CONVOLUTIONS,JIT_CONVOLUTIONS}
+export CALIB_TEST_OPT_LEVEL=$level
+mkdir -p "$out/runs"
+{ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; $py -c 'import tensorrt; print("tensorrt", tensorrt.__version__)'
+  echo "builder optimization level $level"; } > "$out/device.txt" 2>&1
+ls -la "${CALIB_HOME:-$HOME/.cache/calib}/zoo"/* >> "$out/device.txt" 2>&1
+for step in ${steps//,/ }; do
+  t0=$(date +%s)
+  case $step in
+    tests)
+      CALIB_GPU_OUT=$out/gpu timeout -s ABRT ${TESTS_S:-230} $py -X faulthandler -m pytest -m gpu -p no:cacheprovider \
+        -q -rs tests/gpu/test_profiles_gpu.py tests/gpu/test_plugins_gpu.py tests/gpu/test_minilm_gpu.py \
+        > "$out/pytest.log" 2>&1
+      echo "exit $?" >> "$out/pytest.log"; tail -5 "$out/pytest.log"
+      ;;
+    yolov8n)
+      timeout -s ABRT ${YOLO_S:-120} $py -X faulthandler -m calib run recipes/yolov8n.yaml --set backend.kind=tensorrt \
+        --set backend.optimization_level=$level --set "calibration.algorithms=[entropy, percentile]" \
+        -o "$out/runs/yolov8n-trt" > "$out/yolov8n.log" 2>&1
+      echo "exit $?" >> "$out/yolov8n.log"; grep -v 'it/s\|img/s' "$out/yolov8n.log" | tail -15
+      ;;
+    minilm)
+      timeout -s ABRT ${MINILM_S:-150} $py -X faulthandler -m calib run recipes/minilm.yaml --set backend.kind=tensorrt \
+        --set backend.optimization_level=$level --set "calibration.algorithms=[entropy, percentile]" \
+        --set evaluation_data.limit=64 --set backend.batch_size=16 -o "$out/runs/minilm-trt" > "$out/minilm.log" 2>&1
+      echo "exit $?" >> "$out/minilm.log"; grep -v 'it/s\|img/s' "$out/minilm.log" | tail -15
+      ;;
+    *) echo "unknown step $step"; exit 2 ;;
+  esac
+  echo "$step: $(( $(date +%s) - t0 )) s" | tee -a "$out/device.txt"
+done
+find "$out/runs" \( -name '*.engine' -o -name '*.onnx' \) -delete 2>/dev/null
+exit 0
