@@ -24,21 +24,22 @@ for step in ${steps//,/ }; do
   t0=$(date +%s)
   case $step in
     tests)
-      CALIB_GPU_OUT=$out/gpu timeout -s ABRT ${TESTS_S:-230} $py -X faulthandler -m pytest -m gpu -p no:cacheprovider \
+      CALIB_GPU_OUT=$out/gpu timeout -s ABRT ${TESTS_S:-190} $py -X faulthandler -m pytest -m gpu -p no:cacheprovider \
         -q -rs tests/gpu/test_profiles_gpu.py tests/gpu/test_plugins_gpu.py tests/gpu/test_minilm_gpu.py \
         > "$out/pytest.log" 2>&1
       echo "exit $?" >> "$out/pytest.log"; tail -5 "$out/pytest.log"
       ;;
     yolov8n)
-      timeout -s ABRT ${YOLO_S:-120} $py -X faulthandler -m calib run recipes/yolov8n.yaml --set backend.kind=tensorrt \
+      timeout -s ABRT ${YOLO_S:-140} $py -X faulthandler -m calib run recipes/yolov8n.yaml --set backend.kind=tensorrt \
         --set backend.optimization_level=$level --set "calibration.algorithms=[entropy, percentile]" \
-        -o "$out/runs/yolov8n-trt" > "$out/yolov8n.log" 2>&1
+        --set backend.predict=false --set backend.trt_calibrator=null -o "$out/runs/yolov8n-trt" > "$out/yolov8n.log" 2>&1
       echo "exit $?" >> "$out/yolov8n.log"; grep -v 'it/s\|img/s' "$out/yolov8n.log" | tail -15
       ;;
     minilm)
-      timeout -s ABRT ${MINILM_S:-150} $py -X faulthandler -m calib run recipes/minilm.yaml --set backend.kind=tensorrt \
-        --set backend.optimization_level=$level --set "calibration.algorithms=[entropy, percentile]" \
-        --set evaluation_data.limit=64 --set backend.batch_size=16 -o "$out/runs/minilm-trt" > "$out/minilm.log" 2>&1
+      timeout -s ABRT ${MINILM_S:-120} $py -X faulthandler -m calib run recipes/minilm.yaml --set backend.kind=tensorrt \
+        --set backend.optimization_level=$level --set "calibration.algorithms=[minmax, mse]" \
+        --set evaluation_data.limit=64 --set backend.batch_size=16 \
+        --set backend.predict=false -o "$out/runs/minilm-trt" > "$out/minilm.log" 2>&1
       echo "exit $?" >> "$out/minilm.log"; grep -v 'it/s\|img/s' "$out/minilm.log" | tail -15
       ;;
     *) echo "unknown step $step"; exit 2 ;;

@@ -255,6 +255,8 @@ class _Parser:
                 continue
             dims = [d.dim_value if d.HasField("dim_value") else -1 for d in i.type.tensor_type.shape.dim]
             net.inputs.append(_Tensor(i.name, _ONNX_TO_DT.get(i.type.tensor_type.elem_type, DataType.FLOAT), dims))
+            if i.type.tensor_type.elem_type == onnx.TensorProto.INT64:  # TensorRT takes it as int32
+                net.int64_inputs = getattr(net, "int64_inputs", []) + [i.name]
         from calib.plugins import is_plugin
 
         for k, node in enumerate(m.graph.node):
@@ -378,7 +380,9 @@ class _Builder:
             for n, p, i in zip(names, ptrs, net.inputs):
                 shape = prof.get(n, shapes[n])[1]
                 feed[n] = self.t.memory.read(p, shape, _NP[i.dtype])
-            for k, v in {**feed, **runner.run(feed)}.items():
+            wide = set(getattr(net, "int64_inputs", ()))  # int32 on the engine, int64 in the model
+            ort_feed = {k: v.astype(np.int64) if k in wide else v for k, v in feed.items()}
+            for k, v in {**feed, **runner.run(ort_feed)}.items():
                 if isinstance(v, np.ndarray) and v.dtype == np.float32:
                     amax[k] = max(amax.get(k, 0.0), float(np.abs(v).max()))
         if not amax:
@@ -422,6 +426,7 @@ class _Builder:
                                        for o in layer.outputs],
                            "TacticName": "standin"})
         plan = {"model": net.model_path, "inputs": [[i.name, list(i.shape), int(i.dtype)] for i in net.inputs],
+                "int64_inputs": list(getattr(net, "int64_inputs", ())),
                 "outputs": [o.name for o in net.outputs], "output_dtypes": [int(o.dtype) for o in net.outputs],
                 "shapes": {k: [list(s) for s in v] for k, v in shapes.items()},
                 "profiles": [{k: [list(s) for s in v] for k, v in p.items()} for p in profiles],
@@ -485,6 +490,11 @@ class _Engine:
         else:
             self.runner = OrtRunner(_simulated(plan) if plan.get("simulate_int8") else plan["model"],
                                     expose=[o for o in plan["outputs"]])
+        wide = set(plan.get("int64_inputs") or ())
+        if wide:  # the engine's int32 inputs go back to the model's int64 for ONNX Runtime
+            run = self.runner.run
+            self.runner.run = lambda feed, outputs=None: run(
+                {k: v.astype(np.int64) if k in wide else v for k, v in feed.items()}, outputs)
 
     def _find(self, name):
         return next(i for i, e in enumerate(self.io) if e[0] == name)
