@@ -55,7 +55,9 @@ def check(recipe: Recipe) -> None:
 
 
 def build_engines(recipe: Recipe, model_path: Path, info, amax: dict, calib_source, stage: Path,
-                  trt=None, cuda=None) -> EngineSet:
+                  trt=None, cuda=None, extra_outputs: tuple = ()) -> EngineSet:
+    """The recipe's engines of `model_path`; `extra_outputs`: tensors marked as engine outputs too (a plugin
+    model's plugin inputs, which calib evaluates on)."""
     trt = trt or compat.load()
     if cuda is None:
         from calib.runners.tensorrt.device import Cuda
@@ -75,7 +77,8 @@ def build_engines(recipe: Recipe, model_path: Path, info, amax: dict, calib_sour
     profiles = normalize(b.profiles)
     _check_batch(profiles, b.batch_size, recipe.source)
     base = dict(batch_size=b.batch_size, workspace_mb=b.workspace_mb, optimization_level=b.optimization_level,
-                tactic_sources=tuple(b.tactic_sources) or None, profiles=profiles)
+                tactic_sources=tuple(b.tactic_sources) or None, profiles=profiles,
+                mark_outputs=tuple(extra_outputs))
     rules = layer_precision_rules(recipe)
     out = EngineSet()
     jobs = []
@@ -84,7 +87,7 @@ def build_engines(recipe: Recipe, model_path: Path, info, amax: dict, calib_sour
         jobs.append((f"trt-{ref}", BuildSpec(precisions=prec, timing_cache=timing(prec), **base), lambda: None, None))
     int8 = BuildSpec(precisions=tuple(b.precision), layer_precisions=rules, constraints=b.constraints,
                      timing_cache=timing(tuple(b.precision)), **base)
-    marked = replace(int8, mark_outputs=("*",))
+    marked = replace(int8, mark_outputs=("*", *extra_outputs))
     for algo, am in amax.items():
         feed = lambda am=am: cache_calibrator(am, trt, recipe.calibration.carrier)  # noqa: E731
         jobs.append((f"trt-int8-{algo}", int8, feed, f"{algo}.cache"))

@@ -40,6 +40,24 @@ def plugin_nodes(model: onnx.ModelProto) -> list:
     return [n for n in model.graph.node if is_plugin(n)]
 
 
+def cut_file(model_path, out_dir) -> tuple:
+    """(the file calib calibrates and simulates, the plugin nodes): `model_path` itself when it has no plugin
+    node, else its graph cut before the plugins written to out_dir/<stem>.cut.onnx."""
+    from pathlib import Path
+
+    from calib.io import atomic_write_bytes
+    from calib.model import load_model
+
+    proto = load_model(model_path)
+    head, plugins = cut_before_plugins(proto, str(model_path))
+    if not plugins:
+        return Path(model_path), []
+    check_known(plugins, str(model_path))
+    out = Path(out_dir) / f"{Path(model_path).stem}.cut.onnx"
+    atomic_write_bytes(out, head.SerializeToString())
+    return out, plugins
+
+
 def _iou(box: np.ndarray, boxes: np.ndarray) -> np.ndarray:
     x1 = np.maximum(box[0], boxes[:, 0])
     y1 = np.maximum(box[1], boxes[:, 1])
@@ -180,8 +198,9 @@ def cut_before_plugins(model: onnx.ModelProto, label: str = "model") -> tuple[on
 def add_efficient_nms(model: onnx.ModelProto, score_threshold: float = 0.25, iou_threshold: float = 0.45,
                       max_output_boxes: int = 100, class_agnostic: bool = False) -> onnx.ModelProto:
     """A copy of a YOLOv8 graph (one output [N, 4 + C, A]: cx, cy, w, h, class scores) ending in a box decoder
-    (center-size to corners, [N, A, 4]) and scores [N, A, C] feeding an EfficientNMS_TRT node, whose four outputs
-    (num_detections, detection_boxes, detection_scores, detection_classes) replace the model's output."""
+    (center-size to corners: `boxes` [N, A, 4]) and `scores` [N, A, C] feeding an EfficientNMS_TRT node, whose four
+    outputs (num_detections, detection_boxes, detection_scores, detection_classes) replace the model's output.
+    The graph cut before the plugin is then in calib's boxes + scores detection layout."""
     if len(model.graph.output) != 1:
         raise ModelError("add_efficient_nms: the model must have one output [N, 4 + C, A] (YOLOv8)")
     m = onnx.ModelProto()
@@ -209,10 +228,10 @@ def add_efficient_nms(model: onnx.ModelProto, score_threshold: float = 0.25, iou
              (("s0", 0), ("s2", 2), ("s4", 4), ("end", 4 + c), ("axis", 2))}
     cxcy = node("Slice", [t, start["s0"], start["s2"], start["axis"]], "nms_in/cxcy")
     wh = node("Slice", [t, start["s2"], start["s4"], start["axis"]], "nms_in/wh")
-    scores = node("Slice", [t, start["s4"], start["end"], start["axis"]], "nms_in/scores")
+    scores = node("Slice", [t, start["s4"], start["end"], start["axis"]], "scores")
     half = node("Mul", [wh, const("nms_in/half", np.float32(0.5))], "nms_in/half_wh")
     boxes = node("Concat", [node("Sub", [cxcy, half], "nms_in/xy1"), node("Add", [cxcy, half], "nms_in/xy2")],
-                 "nms_in/boxes", axis=2)
+                 "boxes", axis=2)
     nms = helper.make_node("EfficientNMS_TRT", [boxes, scores], list(NMS_OUTPUTS), name="EfficientNMS_TRT",
                            plugin_version="1", background_class=-1, box_coding=0, score_activation=0,
                            class_agnostic=int(class_agnostic), score_threshold=float(score_threshold),

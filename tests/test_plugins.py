@@ -98,7 +98,7 @@ def test_yolov8_with_efficient_nms_is_cut_before_the_plugin_and_runs_on_the_cpu(
         ort.InferenceSession(str(path))  # what calib cuts the graph for
     head, plugins = cut_before_plugins(m)
     assert plugins == nms
-    assert [o.name for o in head.graph.output] == ["nms_in/boxes", "nms_in/scores"]
+    assert [o.name for o in head.graph.output] == ["boxes", "scores"]  # calib's boxes + scores detection layout
     assert not any(is_plugin(n) for n in head.graph.node)
     got = ort.InferenceSession(head.SerializeToString()).run(None, {"x": _raw()})
     np.testing.assert_allclose(got[0][0, 0], [5, 5, 15, 15])  # the decoder: center-size to corners
@@ -145,3 +145,56 @@ def test_plugin_model_builds_with_the_plugin_library_loaded_and_runs(tmp_path, v
     parser = fresh.OnnxParser(net, None)
     assert not parser.parse_from_file(str(path))
     assert "No importer registered for op: EfficientNMS_TRT" in parser.get_error(0)
+
+
+def tiny_detector_with_nms(path, classes=2):
+    """images [N, 3, 8, 8] -> Conv 1x1 (3 -> 4 + C) -> Sigmoid -> * 8 -> Reshape [N, 4 + C, 64] -> the YOLOv8
+    decoder and EfficientNMS_TRT."""
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((4 + classes, 3, 1, 1)).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["images", "w"], ["c"], name="conv"),
+             helper.make_node("Sigmoid", ["c"], ["s"], name="sig"),
+             helper.make_node("Mul", ["s", "eight"], ["m"], name="scale"),
+             helper.make_node("Reshape", ["m", "shape"], ["output0"], name="flat")]
+    inits = [onnx.numpy_helper.from_array(w, "w"), onnx.numpy_helper.from_array(np.float32(8), "eight"),
+             onnx.numpy_helper.from_array(np.array([-1, 4 + classes, 64], np.int64), "shape")]
+    g = helper.make_graph(nodes, "det", [helper.make_tensor_value_info("images", TensorProto.FLOAT, ["N", 3, 8, 8])],
+                          [helper.make_tensor_value_info("output0", TensorProto.FLOAT, ["N", 4 + classes, 64])],
+                          inits)
+    m = add_efficient_nms(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), score_threshold=0.25,
+                          iou_threshold=0.45, max_output_boxes=20)
+    onnx.save(m, path)
+    return path
+
+
+def test_calib_run_on_a_plugin_model_calibrates_the_cut_graph_and_builds_the_whole(tmp_path):
+    import json
+
+    import yaml
+
+    from test_tensorrt_cli import calib_cli
+
+    model = tiny_detector_with_nms(tmp_path / "det.onnx")
+    np.save(tmp_path / "x.npy", np.random.default_rng(1).random((24, 3, 8, 8), dtype=np.float32))
+    recipe = {"name": "det", "model": str(model),
+              "calibration_data": {"kind": "npy", "path": "x.npy", "limit": 16},
+              "evaluation_data": {"kind": "npy", "path": "x.npy", "offset": 16},
+              "calibration": {"algorithms": ["minmax"], "batch_size": 4},
+              "evaluation": {"task": "detection", "batch_size": 4, "detection": {"format": "yolov3"}},
+              "backend": {"kind": "tensorrt", "batch_size": 4, "trt_calibrator": None,
+                          "profiles": [{"images": {"min": [1, 3, 8, 8], "opt": [4, 3, 8, 8], "max": [4, 3, 8, 8]}}]},
+              "output": "runs/det"}
+    (tmp_path / "det.yaml").write_text(yaml.safe_dump(recipe))
+    r = calib_cli("run", tmp_path / "det.yaml", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    out = tmp_path / "runs" / "det"
+    rep = json.loads((out / "report.json").read_text())
+    cut = onnx.load(str(out / "det.cut.onnx"))  # the graph calib calibrated: no plugin, boxes + scores out
+    assert [o.name for o in cut.graph.output] == ["boxes", "scores"] and not any(is_plugin(n) for n in cut.graph.node)
+    assert "det.cut.onnx" in rep["files"]
+    qdq = onnx.load(str(out / "det.minmax.qdq.onnx"))  # the deployable Q/DQ model keeps the plugin
+    assert [n.op_type for n in qdq.graph.node if is_plugin(n)] == ["EfficientNMS_TRT"]
+    assert sum(n.op_type == "QuantizeLinear" for n in qdq.graph.node) > 0
+    rows = rep["summary"]["rows"]
+    assert rows["trt-fp32"]["map50_95_vs_fp32"] == pytest.approx(1.0)  # the engine's boxes + scores = FP32's
+    assert {"minmax", "trt-fp16", "trt-int8-minmax"} <= set(rows)

@@ -486,7 +486,9 @@ class _Engine:
         from calib.plugins import PluginModelRunner, plugin_nodes
 
         if plugin_nodes(onnx.load(plan["model"], load_external_data=False)):  # the plugins run in numpy
-            self.runner = PluginModelRunner(plan["model"])
+            plugin_runner = PluginModelRunner(plan["model"])
+            self.runner = types.SimpleNamespace(
+                run=lambda feed, outputs=None: plugin_runner.run(feed, outputs or plan["outputs"]))
         else:
             self.runner = OrtRunner(_simulated(plan) if plan.get("simulate_int8") else plan["model"],
                                     expose=[o for o in plan["outputs"]])
