@@ -163,7 +163,8 @@ def fetch(name: str, root: Path | None = None) -> Path:
             from calib.bert import bert_to_onnx, read_safetensors
 
             weights, config, tokenizer = (files[f] for f in spec.files)
-            data = bert_to_onnx(read_safetensors(weights), json.loads(config.read_text()), BERT_SEQ_LEN).SerializeToString()
+            config = json.loads(config.read_text())
+            data = bert_to_onnx(read_safetensors(weights), config, BERT_SEQ_LEN).SerializeToString()
             shutil.copy(tokenizer, target.parent / "tokenizer.json")
         elif spec.kind == "torchvision":
             data = _mobilenet_v2(files[spec.files[0]])

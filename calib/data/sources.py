@@ -175,4 +175,5 @@ def text_source(spec: DataSpec, inputs, batch_size: int):
 
     lines = read_lines(spec.path)
     lines = [lines[i] for i in picked(spec, list(range(len(lines))))]
-    return TextSource(lines, tokenizer_path(spec.tokenizer), inputs, batch_size, spec.max_length, spec.inputs, spec.path)
+    return TextSource(lines, tokenizer_path(spec.tokenizer), inputs, batch_size, spec.max_length, spec.inputs,
+                      spec.path)
