@@ -4,11 +4,12 @@
 # $CALIB_HOME/zoo (`calib zoo fetch` on a machine with one, then copy the folder).
 #   bash benchmarks/deploy_gpu.sh OUT [LEVEL] [STEPS]
 # LEVEL: TensorRT's builder optimization level (default 1: functional runs; 3 for timings you report).
-# STEPS: a comma list of tests,yolov8n,minilm (default all), run in that order, each under its own time limit:
+# STEPS: a comma list of tests,yolov8n,minilm,nms (default the first three), each under its own time limit:
 #   tests    the GPU tests of optimization profiles (1/8/32), the EfficientNMS plugin model, the sentence encoder
 #            (FP16 and INT8 Q/DQ); their figures in OUT/gpu/*.json, the log in OUT/pytest.log
 #   yolov8n  calib run recipes/yolov8n.yaml with backend tensorrt -> OUT/yolov8n.log, OUT/runs/yolov8n-trt
 #   minilm   calib run recipes/minilm.yaml with backend tensorrt -> OUT/minilm.log, OUT/runs/minilm-trt
+#   nms      calib run on YOLOv8n + EfficientNMS_TRT with backend tensorrt -> OUT/nms.log, OUT/runs/yolov8n-nms-trt
 # benchmarks/deploy_table.py OUT turns what comes back into benchmarks/RESULTS_DEPLOY.md.
 set -uo pipefail
 out=$1 level=${2:-1} steps=${3:-tests,yolov8n,minilm}
@@ -41,6 +42,16 @@ for step in ${steps//,/ }; do
         --set evaluation_data.limit=64 --set backend.batch_size=16 \
         --set backend.predict=false -o "$out/runs/minilm-trt" > "$out/minilm.log" 2>&1
       echo "exit $?" >> "$out/minilm.log"; grep -v 'it/s\|img/s' "$out/minilm.log" | tail -15
+      ;;
+    nms)  # not in the default list: calib run on YOLOv8n + EfficientNMS_TRT (the cut graph calibrated, the whole built)
+      $py -c 'import sys, onnx; from calib import zoo; from calib.plugins import add_efficient_nms
+onnx.save(add_efficient_nms(onnx.load(str(zoo.fetch("yolov8n-320")))), sys.argv[1])' "$out/yolov8n-320-nms.onnx"
+      nms_model=$(realpath "$out/yolov8n-320-nms.onnx")
+      timeout -s ABRT ${NMS_S:-140} $py -X faulthandler -m calib run recipes/yolov8n.yaml --set backend.kind=tensorrt \
+        --set model="$nms_model" ${NMS_SET:-} --set evaluation.detection.format=yolov3 \
+        --set backend.optimization_level=$level --set "calibration.algorithms=[entropy]" --set backend.predict=false \
+        --set backend.trt_calibrator=null -o "$out/runs/yolov8n-nms-trt" > "$out/nms.log" 2>&1
+      echo "exit $?" >> "$out/nms.log"; grep -v 'it/s\|img/s' "$out/nms.log" | tail -15
       ;;
     *) echo "unknown step $step"; exit 2 ;;
   esac
