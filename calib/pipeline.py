@@ -159,6 +159,7 @@ def _run(recipe: Recipe, stage: Path, final: Path | None = None) -> None:
             configs[name], exclude[name] = amax[algo], excl
         extra_precision = dict(es.precision)
         files += [f for f in (p.name for p in sorted(stage.glob("tensorrt-*"))) if f not in files]
+        files += [f for f in es.files if f not in files]
     precision = {**{a: pm for a in c.algorithms}, **extra_precision}
     try:
         result = evaluate(model_path, configs, esrc, recipe.evaluation.task, recipe.evaluation.detection,
@@ -179,7 +180,7 @@ def _run(recipe: Recipe, stage: Path, final: Path | None = None) -> None:
     qdq_name = f"{qdq_from.stem}.{best}.qdq.onnx"
     q = insert_qdq(onnx.load(str(qdq_from)), amax[best], int8_weights=c.int8_weights)
     atomic_write_bytes(stage / qdq_name, q.SerializeToString())
-    files += [qdq_name, "report.json", "report.md", "report.html", "run.log"]
+    files += [f for f in (qdq_name, "report.json", "report.md", "report.html", "run.log") if f not in files]
     report = {"recipe": recipe.name, "recipe_file": recipe.source, "calib_version": calib.__version__,
               "model": recipe.model if recipe.model.startswith("zoo:") else str(original),
               "model_sha256": info.sha256,

@@ -162,7 +162,7 @@ def test_embedding_recipe_through_calib_run_with_the_tensorrt_standin(tmp_path):
               "evaluation_data": {"kind": "text", "path": "lines.txt", "tokenizer": str(tok), "offset": 16},
               "calibration": {"algorithms": ["minmax", "mse"], "batch_size": 4},
               "evaluation": {"task": "embedding", "batch_size": 4},
-              "backend": {"kind": "tensorrt", "batch_size": 4, "optimization_level": 1,
+              "backend": {"kind": "tensorrt", "batch_size": 4, "optimization_level": 1, "qdq": True,
                           "profiles": [{n: {"min": [1, SEQ], "opt": [4, SEQ], "max": [8, SEQ]}
                                         for n in ("input_ids", "attention_mask", "token_type_ids")}]},
               "output": "runs/enc"}
@@ -182,6 +182,13 @@ def test_embedding_recipe_through_calib_run_with_the_tensorrt_standin(tmp_path):
         assert lo <= rows[algo]["mean_cosine"] <= hi
     eng = rep["tensorrt"]["engines"]["trt-int8-mse"]
     assert eng["layer_summary"].get("int8", 0) == 8 * CFG["num_hidden_layers"]  # every MatMul in INT8
+    for algo in ("minmax", "mse"):  # backend.qdq: the Q/DQ model of each algorithm built as an engine too
+        qdq = rep["tensorrt"]["engines"][f"trt-qdq-{algo}"]
+        assert qdq["layer_summary"].get("int8", 0) == 8 * CFG["num_hidden_layers"]
+        assert f"enc.{algo}.qdq.onnx" in rep["files"]
+        assert (tmp_path / "runs" / "enc" / f"enc.{algo}.qdq.onnx").is_file()
+        # the stand-in runs the Q/DQ model in ONNX Runtime: the simulation's figure again
+        assert rows[f"trt-qdq-{algo}"]["mean_cosine"] == pytest.approx(rows[algo]["mean_cosine"], abs=1e-5)
 
 
 def test_zoo_minilm_embeds_sentences_like_the_published_model():
