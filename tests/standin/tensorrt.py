@@ -284,7 +284,8 @@ class _Profile:
 
 
 class _Config:
-    def __init__(self):
+    def __init__(self, logger=None):
+        self.logger = logger
         self.flags, self.profiles, self.calibration_profile = set(), [], None
         self.int8_calibrator, self.tactics, self.timing = None, None, None
         self.profiling_verbosity, self.builder_optimization_level = None, 3
@@ -305,6 +306,11 @@ class _Config:
         self.calibration_profile = p
 
     def create_timing_cache(self, blob):
+        if b"MYELIN" in bytes(blob) and self.logger is not None:  # what TensorRT 8.6 does with such a cache
+            self.logger.log(self.logger.Severity.ERROR if hasattr(self.logger, "Severity") else 1,
+                            "1: [myelinCache.h::deserializeFromBuffer::52] Error Code 1: Myelin (Myelin error "
+                            "from unknown graph)")
+            blob = b""
         return types.SimpleNamespace(blob=bytes(blob) or b"timing", serialize=lambda: bytes(blob) or b"timing")
 
     def set_timing_cache(self, cache, ignore_mismatch):
@@ -324,7 +330,7 @@ class _Builder:
         return _Network(self.t, flags)
 
     def create_builder_config(self):
-        return _Config()
+        return _Config(self.logger)
 
     def create_optimization_profile(self):
         return _Profile()
