@@ -47,11 +47,14 @@ def profiles(out: Path) -> list[str]:
 
 
 def _test_status(out: Path, test: str) -> str:
-    log = out / "pytest.log"
-    text = log.read_text(errors="replace") if log.is_file() else ""
-    if f"{test}" in text and "Fatal Python error" in text and "passed" not in text.splitlines()[-2:][0]:
-        return f"(no figures came back: the test run was cut at its time limit in {test})"
-    return "(no figures came back)"
+    """Why a GPU test's figures are missing, from the pytest logs (pytest.log, pytest-STEP.log)."""
+    for log in sorted(out.glob("pytest*.log")):
+        text = log.read_text(errors="replace")
+        if test in text and "Fatal Python error" in text:
+            return f"(no figures came back: the test run was cut at its time limit in {test}, during the build)"
+        if test in text and "FAILED" in text:
+            return f"(no figures came back: {test} failed; see {log.name})"
+    return "(no figures came back: the test did not run or did not finish)"
 
 
 def plugins(out: Path) -> list[str]:
@@ -75,7 +78,7 @@ def plugins(out: Path) -> list[str]:
 def minilm(out: Path) -> list[str]:
     m = _load(out / "gpu" / "minilm.json")
     if not m:
-        return ["(no figures came back: the test did not run or did not finish)"]
+        return [_test_status(out, "test_minilm_gpu.py")]
     rows = [f"all-MiniLM-L6-v2, {m['sentences']} held-out sentences, {m['seq_len']} tokens; cosine per sentence to "
             "ONNX Runtime's FP32 embedding.", "",
             "| configuration | mean cosine | lowest cosine | INT8 MatMuls | build s | median ms b1 / b16 / b32 |",
