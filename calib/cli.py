@@ -113,7 +113,7 @@ def calibrate(model, data_args, algo, batch_size, percentile, trt_version, carri
 @data_options()
 @click.option("--batch-size", default=8, show_default=True, type=click.IntRange(1))
 @click.option("--task", default="outputs", show_default=True,
-              type=click.Choice(["outputs", "classification", "detection"]),
+              type=click.Choice(["outputs", "classification", "detection", "embedding"]),
               help="classification: top-1/top-5 agreement (and accuracy with class subfolders); detection: mAP "
                    "against FP32's detections (and the labels of a COCO/YOLO set); refused where the model's "
                    "outputs do not fit.")

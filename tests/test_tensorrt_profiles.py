@@ -58,11 +58,15 @@ def test_dynamic_batch_engine_runs_1_8_32_and_refuses_33(version, data, ref):
     r = TrtRunner(built.plan, trt, mem)
     assert r.execute.v3 == (version != "8.4.0")
     assert r.ranges["input"] == (_s(1), _s(8), _s(32))
-    assert sorted(len(b) for b in mem.blocks.values())[-2:] == [32 * 10 * 4, 32 * 3 * 64 * 64 * 4]  # max shape
+    max_sizes = [32 * 10 * 4, 32 * 3 * 64 * 64 * 4]  # device buffers and their pinned host twins: max shape
+    assert sorted(len(b) for p, b in mem.blocks.items() if p not in mem.pinned)[-2:] == max_sizes
+    assert sorted(len(mem.blocks[p]) for p in mem.pinned) == max_sizes
+    copies = mem.async_copies
     for n in (1, 8, 32, 5):
         got = r.run({"input": data[:n]})["logits"]
         assert got.shape == (n, 10)
         np.testing.assert_allclose(got, ref[:n], rtol=1e-5, atol=1e-6)
+    assert mem.async_copies == copies + 4 * 2  # one copy in, one out per run, both through pinned memory
     with pytest.raises(DataError, match=r"input 'input' has shape \[33, 3, 64, 64\], outside optimization "
                                         r"profile 0: the engine takes \[1, 3, 64, 64\] to \[32, 3, 64, 64\]"):
         r.run({"input": data[:33]})

@@ -236,3 +236,25 @@ def test_missing_tensorrt_is_one_line_naming_the_extra():
         pytest.skip("tensorrt is installed here")
     with pytest.raises(CalibError, match=r"pip install 'tensorrt>=8.6' 'cuda-python>=12' \(the \[trt\] extra of calib-trt"):
         compat.load()
+
+
+def test_a_timing_cache_tensorrt_cannot_read_back_is_dropped_not_rewritten(tmp_path, caplog):
+    """TensorRT 8.6 fails to read a timing cache holding Myelin entries ("Myelin error from unknown graph") and
+    then ignores it on every build: calib removes the file and builds on without reading or writing it."""
+    from calib.runners.tensorrt import builder
+
+    cache = tmp_path / "trt.timing"
+    cache.write_bytes(b"MYELIN entries")
+    trt = make_trt("8.6.0", Memory())
+    spec = BuildSpec(precisions=("fp32",), batch_size=2, timing_cache=str(cache))
+    try:
+        build(CNN, spec, None, trt, trt.memory)
+        assert not cache.exists()
+        assert "cannot read this timing cache back" in caplog.text
+        build(CNN, spec, None, trt, trt.memory)  # not written again in this process
+        assert not cache.exists()
+        other = tmp_path / "other.timing"  # a readable cache is still read and written
+        build(CNN, BuildSpec(precisions=("fp32",), batch_size=2, timing_cache=str(other)), None, trt, trt.memory)
+        assert other.read_bytes() == b"timing"
+    finally:
+        builder.UNREADABLE_TIMING_CACHES.discard(str(cache))

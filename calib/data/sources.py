@@ -171,6 +171,9 @@ def text_source(spec: DataSpec, inputs, batch_size: int):
 
     if not spec.tokenizer:
         raise DataError(f"{spec.path}: tokenizer: a text data source needs a tokenizer.json")
+    from calib.zoo import tokenizer_path
+
     lines = read_lines(spec.path)
     lines = [lines[i] for i in picked(spec, list(range(len(lines))))]
-    return TextSource(lines, spec.tokenizer, inputs, batch_size, spec.max_length, spec.inputs, spec.path)
+    return TextSource(lines, tokenizer_path(spec.tokenizer), inputs, batch_size, spec.max_length, spec.inputs,
+                      spec.path)

@@ -107,6 +107,9 @@ def evaluate(model, caches: dict, source, task: str = "outputs", detection: Dete
                 entry["perturbed"] = True  # every tensor marked as an output: not the deployed engine
         if task == "classification":
             entry["task"] = cls[name].result()
+        elif task == "embedding":
+            x = confidence.sample_cosines(c)
+            entry["task"] = {"mean_cosine": float(x.mean()), "min_cosine": float(x.min()), "samples": int(x.size)}
         elif det_res is not None:
             entry["task"] = det_res[name]
         result["configs"][name] = entry
@@ -132,6 +135,8 @@ def _intervals(result: dict, names, task: str, outputs, comps, cls, det, groups=
         f, r = confidence.output_figures(comps[name], lowest=task == "outputs", groups=groups)
         if task == "classification":
             f2, r2 = confidence.classification_figures(cls[name], groups=groups, labelled_groups=labelled_groups)
+        elif task == "embedding":
+            f2, r2 = confidence.embedding_figures(comps[name], groups=groups)
         elif det is not None:
             f2, r2 = confidence.detection_figures(result["configs"][name]["task"], det.matches[name],
                                                   len(det.images), groups=groups)

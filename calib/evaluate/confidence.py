@@ -25,6 +25,8 @@ LABELS = {
     "map50_95_labels": "mAP50:95 vs labels",
     "map50_labels": "mAP50 vs labels",
     "min_output_sqnr_db": "lowest output SQNR (dB)",
+    "mean_cosine": "mean cosine to FP32 (per sample)",
+    "min_cosine": "lowest cosine to FP32 (one sample)",
 }
 
 
@@ -43,6 +45,8 @@ def primary_metric(task: str, outputs) -> str:
         return "agreement_top1"
     if task == "detection":
         return "map50_95_vs_fp32"
+    if task == "embedding":
+        return "mean_cosine"
     outputs = list(outputs)
     return f"{outputs[0]}_sqnr_db" if len(outputs) == 1 else "min_output_sqnr_db"
 
@@ -106,6 +110,22 @@ def classification_figures(cls, seed: int = u.SEED, groups=None, labelled_groups
         x = cls.samples(name)
         if x.size:
             figs[key], reps[key] = _mean(x, seed, labelled_groups if name == "test1" else groups)
+    return figs, reps
+
+
+def sample_cosines(comparison) -> np.ndarray:
+    """Cosine of each sample's (only) output vector with FP32's: the embedding task's per-sample figure."""
+    s = next(iter(comparison.rows.values())).sums()
+    den = np.sqrt(s[:, 0] * s[:, 3])
+    return np.where(den > 0, s[:, 2] / np.where(den > 0, den, 1.0), np.where(s[:, 1] == 0, 1.0, 0.0))
+
+
+def embedding_figures(comparison, seed: int = u.SEED, groups=None) -> tuple[dict, dict]:
+    x = sample_cosines(comparison)
+    figs, reps = {}, {}
+    if x.size:
+        figs["mean_cosine"], reps["mean_cosine"] = _mean(x, seed, groups if groups is not None and
+                                                         len(groups) == x.size else None)
     return figs, reps
 
 

@@ -19,6 +19,7 @@ from calib.io import atomic_write_text
 
 MAX_LAYERS_PLOTTED = 80
 _TASK_ORDER = {"classification": ("agreement_top1", "top1", "agreement_top5"),
+               "embedding": ("mean_cosine", "min_cosine"),
                "detection": ("map50_95_vs_fp32", "map50_vs_fp32", "map50_95_labels", "map50_labels")}
 
 
@@ -37,6 +38,9 @@ def task_metrics(entry: dict, task: str) -> dict:
         if "vs_labels" in t:
             out["map50_95_labels"] = t["vs_labels"]["map50_95"]
             out["map50_labels"] = t["vs_labels"]["map50"]
+    elif task == "embedding":
+        out["mean_cosine"] = t.get("mean_cosine")
+        out["min_cosine"] = t.get("min_cosine")
     for name, m in entry.get("outputs", {}).items():
         out[f"{name}_sqnr_db"] = m["sqnr_db"]
         out[f"{name}_cosine"] = m["cosine"]
@@ -49,6 +53,8 @@ def primary_score(entry: dict, task: str) -> float:
         return m.get("agreement_top1") or 0.0
     if task == "detection":
         return m.get("map50_95_vs_fp32") or 0.0
+    if task == "embedding":
+        return m.get("mean_cosine") or 0.0
     sq = [v for k, v in m.items() if k.endswith("_sqnr_db") and v is not None]
     return min(sq) if sq else -math.inf
 
@@ -65,6 +71,8 @@ def drop(entry: dict, task: str, fp32_task: dict | None) -> float | None:
             return fp32_task["vs_labels"]["map50_95"] - t["vs_labels"]["map50_95"]
         v = t.get("vs_fp32", {}).get("map50_95")
         return None if v is None else 1.0 - v
+    if task == "embedding":
+        return None if t.get("mean_cosine") is None else 1.0 - t["mean_cosine"]
     return None
 
 

@@ -137,14 +137,15 @@ def next_steps(report: dict, s: dict) -> list[str]:
 def results_table(s: dict) -> tuple:
     unit = "images" if s["task"] == "detection" else "samples"
     keys = s["metrics"]
+    with_ci = {k for k in keys if any(k in f for f in s["intervals"].values())}  # e.g. min_cosine has none
     head = ["algorithm"] + [column_label(k, {n: s["intervals"].get(n, {}).get(k) for n in s["intervals"]}, unit)
-                            if s["intervals"] else label(k) for k in keys]
+                            if k in with_ci else label(k) for k in keys]
     rows = []
     for name in s["rows"]:
         mark = " (ship)" if name == s["best"] else ""
         figs = s["intervals"].get(name, {})
-        rows.append([name + mark] + [fig_cell(figs.get(k), k) if figs else num(s["rows"][name].get(k), k)
-                                     for k in keys])
+        rows.append([name + mark] + [fig_cell(figs.get(k), k) if figs and k in with_ci else
+                                     num(s["rows"][name].get(k), k) for k in keys])
     return ("table", head, rows)
 
 

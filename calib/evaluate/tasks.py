@@ -1,6 +1,7 @@
 """Which task metric fits a model: checked on its declared outputs before any inference.
 
 classification: one output of class scores [N, C] (or [N, C, 1, 1]);
+embedding: one output of vectors [N, D] (a sentence encoder), compared by cosine per sample;
 detection: `boxes` [N, A, 4] and `scores` [N, A, C] (calib's YOLOv3 import), or one [N, 4 + C, A] (YOLOv8).
 A task that does not fit is refused with one line naming the model and its outputs (an agreement computed on
 box coordinates means nothing)."""
@@ -12,7 +13,7 @@ import onnx
 
 from calib.errors import ModelError
 
-TASKS = ("outputs", "classification", "detection")
+TASKS = ("outputs", "classification", "detection", "embedding")
 
 
 def output_shapes(model: onnx.ModelProto) -> dict[str, tuple | None]:
@@ -71,6 +72,11 @@ def check_task(model: str | Path | onnx.ModelProto, task: str, detection_format_
         hint = f"; use {flag} detection" if found else f"; use {flag} outputs"
         raise ModelError(f"{label}: {flag} classification needs one output of class scores [N, C]; its outputs "
                          f"are {_show(shapes)}{hint}")
+    if task == "embedding":
+        only = next(iter(shapes.values()), ())
+        if len(shapes) != 1 or (only is not None and len(only) != 2):
+            raise ModelError(f"{label}: {flag} embedding needs one output of vectors [N, D]; its outputs are "
+                             f"{_show(shapes)}; use {flag} outputs")
     if task == "detection":
         if found is None:
             hint = f"; use {flag} classification" if is_classifier(shapes) else f"; use {flag} outputs"

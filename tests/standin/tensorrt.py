@@ -50,6 +50,8 @@ class Memory:
         self.blocks: dict[int, ctypes.Array] = {}
         self.writes: dict[int, int] = {}  # pointer -> number of copies into it (engines skip unchanged inputs)
         self.frees = 0
+        self.pinned: set[int] = set()  # pointers from malloc_host
+        self.async_copies = 0  # copies made through to_device_async / to_host_async (with a pinned host side)
 
     def name(self) -> str:
         return "stand-in GPU (sm_90)"
@@ -73,6 +75,27 @@ class Memory:
                 raise RuntimeError("copy larger than the allocation")
         ctypes.memmove(int(dst), int(src), int(nbytes))
         self.writes[int(dst)] = self.writes.get(int(dst), 0) + 1
+
+    def malloc_host(self, nbytes: int) -> int:
+        ptr = self.malloc(nbytes)
+        self.pinned.add(ptr)
+        return ptr
+
+    def free_host(self, ptr: int) -> None:
+        self.pinned.discard(int(ptr))
+        self.free(ptr)
+
+    def copy_async(self, dst: int, src: int, nbytes: int, stream) -> None:
+        if int(dst) not in self.pinned and int(src) not in self.pinned:
+            raise RuntimeError("an async copy whose host side is not pinned memory (it would run synchronously)")
+        self.copy(dst, src, nbytes)
+        self.async_copies += 1
+
+    def to_device_async(self, ptr: int, host_ptr: int, nbytes: int, stream) -> None:
+        self.copy_async(ptr, host_ptr, nbytes, stream)
+
+    def to_host_async(self, host_ptr: int, ptr: int, nbytes: int, stream) -> None:
+        self.copy_async(host_ptr, ptr, nbytes, stream)
 
     def to_device(self, ptr: int, host: np.ndarray) -> None:
         host = np.ascontiguousarray(host)
@@ -153,6 +176,13 @@ def make_trt(version: str = "8.6.0", memory: Memory | None = None):
         for cls_name in _ALGO:
             setattr(t, cls_name, type(cls_name, (), {"__init__": lambda self: None}))
     t.OnnxParser = lambda network, logger: _Parser(network)
+    t.plugins_loaded = False
+
+    def init_libnvinfer_plugins(logger, namespace):
+        t.plugins_loaded = True
+        return True
+
+    t.init_libnvinfer_plugins = init_libnvinfer_plugins
     t.Builder = lambda logger: _Builder(t, logger, major)
     t.Runtime = lambda logger: _Runtime(t, major, minor)
     return t
@@ -225,12 +255,23 @@ class _Parser:
                 continue
             dims = [d.dim_value if d.HasField("dim_value") else -1 for d in i.type.tensor_type.shape.dim]
             net.inputs.append(_Tensor(i.name, _ONNX_TO_DT.get(i.type.tensor_type.elem_type, DataType.FLOAT), dims))
+            if i.type.tensor_type.elem_type == onnx.TensorProto.INT64:  # TensorRT takes it as int32
+                net.int64_inputs = getattr(net, "int64_inputs", []) + [i.name]
+        from calib.plugins import is_plugin
+
         for k, node in enumerate(m.graph.node):
+            if is_plugin(node) and not net.t.plugins_loaded:  # TensorRT's parser without the plugin library
+                self.errors.append(f"In node {k} ({node.op_type}): UNSUPPORTED_NODE: No importer registered for "
+                                   f"op: {node.op_type}. Attempting to import as plugin. Plugin not found")
+                return False
             if not node.name:
                 node.name = f"node_of_{node.output[0]}"  # TensorRT 8.6's name for an unnamed ONNX node
             net.layers.append(_Layer(net.t, node))
         by_name = {o.name: o for layer in net.layers for o in layer.outputs}
         net.outputs = [by_name[o.name] for o in m.graph.output]
+        for t, o in zip(net.outputs, m.graph.output):  # an integer graph output (a plugin's counts) stays integer
+            if o.type.tensor_type.elem_type == onnx.TensorProto.INT32:
+                t.dtype = DataType.INT32
         return True
 
 
@@ -243,7 +284,8 @@ class _Profile:
 
 
 class _Config:
-    def __init__(self):
+    def __init__(self, logger=None):
+        self.logger = logger
         self.flags, self.profiles, self.calibration_profile = set(), [], None
         self.int8_calibrator, self.tactics, self.timing = None, None, None
         self.profiling_verbosity, self.builder_optimization_level = None, 3
@@ -264,6 +306,11 @@ class _Config:
         self.calibration_profile = p
 
     def create_timing_cache(self, blob):
+        if b"MYELIN" in bytes(blob) and self.logger is not None:  # what TensorRT 8.6 does with such a cache
+            self.logger.log(self.logger.Severity.ERROR if hasattr(self.logger, "Severity") else 1,
+                            "1: [myelinCache.h::deserializeFromBuffer::52] Error Code 1: Myelin (Myelin error "
+                            "from unknown graph)")
+            blob = b""
         return types.SimpleNamespace(blob=bytes(blob) or b"timing", serialize=lambda: bytes(blob) or b"timing")
 
     def set_timing_cache(self, cache, ignore_mismatch):
@@ -283,7 +330,7 @@ class _Builder:
         return _Network(self.t, flags)
 
     def create_builder_config(self):
-        return _Config()
+        return _Config(self.logger)
 
     def create_optimization_profile(self):
         return _Profile()
@@ -339,7 +386,9 @@ class _Builder:
             for n, p, i in zip(names, ptrs, net.inputs):
                 shape = prof.get(n, shapes[n])[1]
                 feed[n] = self.t.memory.read(p, shape, _NP[i.dtype])
-            for k, v in {**feed, **runner.run(feed)}.items():
+            wide = set(getattr(net, "int64_inputs", ()))  # int32 on the engine, int64 in the model
+            ort_feed = {k: v.astype(np.int64) if k in wide else v for k, v in feed.items()}
+            for k, v in {**feed, **runner.run(ort_feed)}.items():
                 if isinstance(v, np.ndarray) and v.dtype == np.float32:
                     amax[k] = max(amax.get(k, 0.0), float(np.abs(v).max()))
         if not amax:
@@ -383,7 +432,9 @@ class _Builder:
                                        for o in layer.outputs],
                            "TacticName": "standin"})
         plan = {"model": net.model_path, "inputs": [[i.name, list(i.shape), int(i.dtype)] for i in net.inputs],
-                "outputs": [o.name for o in net.outputs], "shapes": {k: [list(s) for s in v] for k, v in shapes.items()},
+                "int64_inputs": list(getattr(net, "int64_inputs", ())),
+                "outputs": [o.name for o in net.outputs], "output_dtypes": [int(o.dtype) for o in net.outputs],
+                "shapes": {k: [list(s) for s in v] for k, v in shapes.items()},
                 "profiles": [{k: [list(s) for s in v] for k, v in p.items()} for p in profiles],
                 "layers": layers, "scales": scales, "flags": sorted(int(f) for f in cfg.flags),
                 "simulate_int8": bool(self.t.simulate_int8 and scales),
@@ -428,15 +479,30 @@ class _Engine:
     def __init__(self, t, plan, named, bindings):
         self.t, self.plan = t, plan
         self.io = [(n, True, shape, DataType(dt)) for n, shape, dt in plan["inputs"]]
-        self.io += [(o, False, None, DataType.FLOAT) for o in plan["outputs"]]
+        dts = plan.get("output_dtypes") or [DataType.FLOAT] * len(plan["outputs"])
+        self.io += [(o, False, None, DataType(dt)) for o, dt in zip(plan["outputs"], dts)]
         self.profiles = plan.get("profiles") or [plan["shapes"]]
         self.num_optimization_profiles = len(self.profiles)
         if named:
             self.num_io_tensors = len(self.io)
         if bindings:  # every I/O tensor once per profile, "name [profile k]" past the first
             self.num_bindings = len(self.io) * len(self.profiles)
-        self.runner = OrtRunner(_simulated(plan) if plan.get("simulate_int8") else plan["model"],
-                                expose=[o for o in plan["outputs"]])
+        import onnx
+
+        from calib.plugins import PluginModelRunner, plugin_nodes
+
+        if plugin_nodes(onnx.load(plan["model"], load_external_data=False)):  # the plugins run in numpy
+            plugin_runner = PluginModelRunner(plan["model"])
+            self.runner = types.SimpleNamespace(
+                run=lambda feed, outputs=None: plugin_runner.run(feed, outputs or plan["outputs"]))
+        else:
+            self.runner = OrtRunner(_simulated(plan) if plan.get("simulate_int8") else plan["model"],
+                                    expose=[o for o in plan["outputs"]])
+        wide = set(plan.get("int64_inputs") or ())
+        if wide:  # the engine's int32 inputs go back to the model's int64 for ONNX Runtime
+            run = self.runner.run
+            self.runner.run = lambda feed, outputs=None: run(
+                {k: v.astype(np.int64) if k in wide else v for k, v in feed.items()}, outputs)
 
     def _find(self, name):
         return next(i for i, e in enumerate(self.io) if e[0] == name)
@@ -558,8 +624,9 @@ class _Context:
         if key == getattr(self, "_last", None):
             return True  # same inputs as the last run: the outputs in memory are already right (timing loops)
         feed = {n: mem.read(self.addr[n], self.shapes[n], _NP[dt]) for n, is_in, _, dt in self.e.io if is_in}
+        out_dt = {n: _NP[dt] for n, is_in, _, dt in self.e.io if not is_in}
         for k, v in self.e.runner.run(feed).items():
-            mem.to_device(self.addr[k], np.ascontiguousarray(v, np.float32))
+            mem.to_device(self.addr[k], np.ascontiguousarray(v, out_dt.get(k, np.float32)))
         self._last = (tuple((n, self.addr[n], mem.writes.get(self.addr[n], 0), self.shapes[n]) for n in self.shapes),
                       tuple(sorted(self.addr.items())))
         return True

@@ -99,6 +99,7 @@ def _make_logger(trt):
 
 
 _LOGGERS: dict = {}
+UNREADABLE_TIMING_CACHES: set = set()  # timing cache files TensorRT failed to read back in this process
 
 
 def trt_logger(trt):
@@ -125,6 +126,7 @@ class Built:
 
 
 def _parse(trt, builder, model_path, strongly_typed: bool):
+    compat.load_plugins(trt, trt_logger(trt))
     network = builder.create_network(compat.network_flags(trt, strongly_typed))
     parser = trt.OnnxParser(network, trt_logger(trt))
     ok = parser.parse_from_file(str(model_path))
@@ -271,8 +273,19 @@ def _config(trt, builder, spec: BuildSpec, inputs: dict, profs: tuple, calibrato
             cfg.int8_calibrator = calibrator
     if spec.timing_cache:
         p = Path(spec.timing_cache)
-        blob = p.read_bytes() if p.is_file() else b""
+        blob = p.read_bytes() if p.is_file() and str(p) not in UNREADABLE_TIMING_CACHES else b""
+        errors = trt_logger(trt).errors
+        seen = len(errors)
         cache = cfg.create_timing_cache(blob)
+        if any("myelin" in e.lower() for e in errors[seen:]):
+            # TensorRT 8.6 cannot read back a timing cache holding Myelin entries (a transformer's attention,
+            # a detector's head): "Myelin error from unknown graph", then every build ignores the file. Stop
+            # reading and writing it in this process, and remove it so the next process starts clean.
+            UNREADABLE_TIMING_CACHES.add(str(p))
+            p.unlink(missing_ok=True)
+            log.warning("%s: TensorRT cannot read this timing cache back (Myelin entries); builds go on without "
+                        "one", p)
+            cache = cfg.create_timing_cache(b"")
         cfg.set_timing_cache(cache, False)
     return cfg
 
@@ -330,7 +343,7 @@ def build(model_path, spec: BuildSpec = BuildSpec(), calibrator=None, trt=None, 
     if plan is None:
         last = logger.errors[-1] if logger.errors else "no details"
         raise CalibError(f"{model_path}: TensorRT build failed ({last})")
-    if spec.timing_cache:
+    if spec.timing_cache and str(Path(spec.timing_cache)) not in UNREADABLE_TIMING_CACHES:
         atomic_write_bytes(spec.timing_cache, bytes(cfg.get_timing_cache().serialize()))
     layers = engine_layers(trt, plan)
     info = {"tensorrt": trt.__version__, "gpu": cuda.name(), "calib_version": calib.__version__, "model": str(model_path),

@@ -172,6 +172,8 @@ def make_calibrator(kind: str, source, inputs: dict, batch: int, cuda, cache_pat
     """A TensorRT calibrator of `kind` (entropy2, minmax, entropy, legacy) fed from a calib Source."""
     trt = trt or compat.load()
     base = compat.calibrator_base(trt, kind)
+    if compat.version(trt)[0] < 10:  # TensorRT 8/9 take an int64 ONNX input as int32: feed it that way
+        inputs = {n: (s, np.int32 if np.dtype(dt) == np.int64 else dt) for n, (s, dt) in inputs.items()}
 
     def __init__(self):
         base.__init__(self)

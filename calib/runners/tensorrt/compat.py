@@ -22,6 +22,22 @@ def load():
     return require("tensorrt", "trt")
 
 
+_PLUGINS_LOADED: set = set()
+
+
+def load_plugins(trt, logger) -> bool:
+    """Register TensorRT's plugin library (EfficientNMS_TRT and the others) once per process, before a parser
+    meets a plugin node or a runtime deserializes an engine holding one; False where this TensorRT has none."""
+    if id(trt) in _PLUGINS_LOADED:
+        return True
+    init = getattr(trt, "init_libnvinfer_plugins", None)
+    if init is None:
+        return False
+    init(logger, "")
+    _PLUGINS_LOADED.add(id(trt))
+    return True
+
+
 def version(trt) -> tuple[int, int, int]:
     parts = [int(p) for p in str(trt.__version__).split(".")[:3] if p.isdigit()]
     return tuple((parts + [0, 0, 0])[:3])

@@ -1,6 +1,8 @@
 """Device memory, copies, streams and timing through cuda-python's runtime API."""
 from __future__ import annotations
 
+import ctypes
+
 import numpy as np
 
 from calib.errors import CalibError, require
@@ -12,6 +14,13 @@ def _cudart():
         return runtime
     except ImportError:
         return require("cuda.cudart", "trt")
+
+
+def host_view(ptr: int, nbytes: int, dtype, shape) -> np.ndarray:
+    """A numpy array over `nbytes` of host memory at `ptr` (pinned memory from malloc_host), of `shape`."""
+    count = int(np.prod(shape)) if len(shape) else 1
+    buf = (ctypes.c_char * max(int(nbytes), 1)).from_address(int(ptr))
+    return np.frombuffer(buf, dtype=dtype, count=count).reshape(shape)
 
 
 class Cuda:
@@ -54,6 +63,21 @@ class Cuda:
     def to_host(self, host: np.ndarray, ptr: int) -> None:
         kind = self.rt.cudaMemcpyKind.cudaMemcpyDeviceToHost
         self._check(self.rt.cudaMemcpy(host.ctypes.data, ptr, host.nbytes, kind), "cudaMemcpy device->host")
+
+    def malloc_host(self, nbytes: int) -> int:
+        """Page-locked host memory: copies from it run asynchronously on a stream (and faster than pageable)."""
+        return int(self._check(self.rt.cudaMallocHost(max(int(nbytes), 1)), "cudaMallocHost"))
+
+    def free_host(self, ptr: int) -> None:
+        self._check(self.rt.cudaFreeHost(ptr), "cudaFreeHost")
+
+    def to_device_async(self, ptr: int, host_ptr: int, nbytes: int, stream) -> None:
+        kind = self.rt.cudaMemcpyKind.cudaMemcpyHostToDevice
+        self._check(self.rt.cudaMemcpyAsync(ptr, host_ptr, int(nbytes), kind, stream), "cudaMemcpyAsync host->device")
+
+    def to_host_async(self, host_ptr: int, ptr: int, nbytes: int, stream) -> None:
+        kind = self.rt.cudaMemcpyKind.cudaMemcpyDeviceToHost
+        self._check(self.rt.cudaMemcpyAsync(host_ptr, ptr, int(nbytes), kind, stream), "cudaMemcpyAsync device->host")
 
     def stream(self):
         return self._check(self.rt.cudaStreamCreate(), "cudaStreamCreate")

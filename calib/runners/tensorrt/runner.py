@@ -40,6 +40,7 @@ class TrtRunner:
             self.label = label or "engine"
         from calib.runners.tensorrt.builder import trt_logger
 
+        compat.load_plugins(self.trt, trt_logger(self.trt))
         self.runtime = self.trt.Runtime(trt_logger(self.trt))
         self.engine = self.runtime.deserialize_cuda_engine(plan)
         if self.engine is None:
@@ -69,11 +70,14 @@ class TrtRunner:
         for n in self.inputs:
             if self.dynamic[n]:
                 self._set_shape(n, self.max_shape[n])
-        self.device = {}
+        self.device, self.nbytes, self.pinned = {}, {}, {}
+        self.async_copies = all(hasattr(self.cuda, f) for f in ("malloc_host", "to_device_async", "to_host_async"))
         for n, _ in self.io:
             shape = self.max_shape.get(n) or self._context_shape(n)
-            nbytes = int(np.prod(shape)) * self.dtypes[n].itemsize
-            self.device[n] = self.cuda.malloc(nbytes)
+            self.nbytes[n] = int(np.prod(shape)) * self.dtypes[n].itemsize
+            self.device[n] = self.cuda.malloc(self.nbytes[n])
+            if self.async_copies:  # page-locked host buffers: copies run on the stream, without a host sync each
+                self.pinned[n] = self.cuda.malloc_host(self.nbytes[n])
         self.execute = compat.Executor(self.engine, self.context, self.device, prefer_v3, profile)
 
     def _set_shape(self, name, shape) -> None:
@@ -101,8 +105,17 @@ class TrtRunner:
                 x = np.concatenate([x, np.zeros((pad, *x.shape[1:]), x.dtype)])
             if self.dynamic[name]:
                 self._set_shape(name, x.shape)
-            self.cuda.to_device(self.device[name], x)
+            self._to_device(name, x)
         return int(n)
+
+    def _to_device(self, name: str, x: np.ndarray) -> None:
+        if not self.async_copies:
+            self.cuda.to_device(self.device[name], x)
+            return
+        from calib.runners.tensorrt.device import host_view
+
+        host_view(self.pinned[name], self.nbytes[name], x.dtype, x.shape)[...] = x
+        self.cuda.to_device_async(self.device[name], self.pinned[name], x.nbytes, self.stream)
 
     def _check_shape(self, name: str, shape) -> None:
         lo, _, hi = self.ranges[name]
@@ -120,15 +133,31 @@ class TrtRunner:
             return self._run(batch, outputs)
 
     def _run(self, batch, outputs) -> dict[str, np.ndarray]:
-        n = self._feed(batch)
-        self.execute(self.stream)
-        self.cuda.sync(self.stream)
-        out = {}
-        for name in outputs if outputs is not None else self.outputs:
+        names = list(outputs if outputs is not None else self.outputs)
+        for name in names:
             if name not in self.device or name in self.inputs:
                 raise CalibError(f"{self.label}: '{name}' is not an engine output")
-            host = np.empty(self._context_shape(name), self.dtypes[name])
-            self.cuda.to_host(host, self.device[name])
+        n = self._feed(batch)
+        self.execute(self.stream)
+        shapes = {name: tuple(self._context_shape(name)) for name in names}
+        if self.async_copies:  # every output copied on the stream, one sync for all
+            from calib.runners.tensorrt.device import host_view
+
+            for name in names:
+                nbytes = int(np.prod(shapes[name])) * self.dtypes[name].itemsize
+                self.cuda.to_host_async(self.pinned[name], self.device[name], nbytes, self.stream)
+            self.cuda.sync(self.stream)
+            got = {name: host_view(self.pinned[name], self.nbytes[name], self.dtypes[name], shapes[name]).copy()
+                   for name in names}
+        else:
+            self.cuda.sync(self.stream)
+            got = {}
+            for name in names:
+                got[name] = np.empty(shapes[name], self.dtypes[name])
+                self.cuda.to_host(got[name], self.device[name])
+        out = {}
+        for name in names:
+            host = got[name]
             host = host[:n] if host.ndim and host.shape[0] >= n else host
             out[name] = host.astype(np.float32) if host.dtype == np.float16 else host
         return out
@@ -160,5 +189,7 @@ class TrtRunner:
     def close(self) -> None:
         for ptr in self.device.values():
             self.cuda.free(ptr)
-        self.device = {}
+        for ptr in self.pinned.values():
+            self.cuda.free_host(ptr)
+        self.device, self.pinned = {}, {}
         self.execute = self.context = None  # a profile serves one context at a time: let the next one have it

@@ -35,6 +35,20 @@ def cudaMemcpy(dst, src, nbytes, kind):
     return (_OK,)
 
 
+def cudaMallocHost(nbytes):
+    return _OK, SHARED.malloc_host(nbytes)
+
+
+def cudaFreeHost(ptr):
+    SHARED.free_host(ptr)
+    return (_OK,)
+
+
+def cudaMemcpyAsync(dst, src, nbytes, kind, stream):
+    SHARED.copy_async(dst, src, nbytes, stream)
+    return (_OK,)
+
+
 def cudaStreamCreate():
     return _OK, 7
 
