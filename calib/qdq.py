@@ -101,7 +101,7 @@ def insert_qdq(model: onnx.ModelProto, amax: dict, exclude: Exclusions = Exclusi
     m = onnx.ModelProto()
     m.CopyFrom(model)
     g = m.graph
-    amax = tie_amax(m, amax)
+    amax = tie_amax(m, amax, qdq=True)
     inits = {t.name: t for t in g.initializer}
     new_nodes: list = []
     new_inits: list = []

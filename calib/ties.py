@@ -1,14 +1,18 @@
 """Scale ties: the tensors whose INT8 scale TensorRT takes from another tensor's.
 
-TensorRT's own EntropyCalibration2 caches (tests/golden/trt86-h200, and the YOLO captures) give
-- the output of a layer that only moves or selects values (MaxPool, Resize/Upsample, Reshape, Flatten, Transpose,
-  Squeeze/Unsqueeze, Slice, Split, Pad, Identity, ...) its input's scale;
-- a Concat output the largest of its inputs' scales;
-- an AveragePool / GlobalAveragePool output its own scale (averaging shrinks the range: golden MobileNetV2 and CNN).
+In a calibration cache (TensorRT 8.6's own EntropyCalibration2 caches: tests/golden/trt86-h200, the topology probe
+in tests/golden/trt86-h200-entropy, the YOLOv3-tiny capture in benchmarks/trt86-h200/yolo):
+- the output of a layer that only moves values (MaxPool, a nearest Resize/Upsample, Reshape, Flatten, Transpose,
+  Squeeze/Unsqueeze, Slice, Pad, Identity, ...) has its input's scale;
+- a Concat, a Split and a linear Resize output keep their own (YOLOv3-tiny's route Concat: inputs 5.23 and 7.66,
+  output 7.68), as does an AveragePool / GlobalAveragePool output (averaging shrinks the range).
 
-`tie_amax` applies these rules to a {tensor: amax} table in topological order, so that a chain (Conv -> MaxPool ->
-Reshape) carries one scale. Every cache calib writes and every Q/DQ model it makes go through it, so implicit and
-explicit engines get the same scales.
+In a Q/DQ model (`qdq=True`) TensorRT fuses a Concat in INT8 only when its inputs and output share one scale: there
+the Concat output takes the largest of its inputs', and Split and every Resize carry their input's, so that a
+Resize -> Concat -> Conv chain runs in INT8 with no re-quantization.
+
+`tie_amax` applies the rules to a {tensor: amax} table in topological order, so that a chain (Conv -> MaxPool ->
+Reshape) carries one scale. Every cache calib writes goes through the cache rules, every Q/DQ model through both.
 """
 from __future__ import annotations
 
@@ -22,6 +26,13 @@ CARRIERS = frozenset({
     "Slice", "Split", "Pad", "Identity", "Expand", "Tile", "Gather", "DepthToSpace", "SpaceToDepth",
 })
 CONCAT = "Concat"
+OWN_IN_CACHE = frozenset({"Split"})  # carriers whose output keeps its own value in TensorRT's cache
+RESIZE = frozenset({"Resize", "Upsample"})
+
+
+def _nearest(node) -> bool:
+    mode = next((a.s for a in node.attribute if a.name == "mode"), b"nearest")
+    return mode in (b"nearest", "nearest")
 
 
 @dataclass(frozen=True)
@@ -56,29 +67,32 @@ class Graph:
         return node.input[0] if node.input and node.input[0] and node.input[0] not in self.constants else None
 
 
-def tie_sources(model: onnx.ModelProto) -> dict[str, tuple[str, ...]]:
-    """tensor -> the tensors its scale is taken from (one for a carrier's output, all inputs for a Concat)."""
+def tie_sources(model: onnx.ModelProto, qdq: bool = False) -> dict[str, tuple[str, ...]]:
+    """tensor -> the tensors its scale is taken from (one for a carrier's output, all inputs for a Concat in a
+    Q/DQ model)."""
     g = Graph.of(model)
     out = {}
     for node in g.nodes:
-        if node.op_type in CARRIERS:
+        own = not qdq and (node.op_type in OWN_IN_CACHE or (node.op_type in RESIZE and not _nearest(node)))
+        if node.op_type in CARRIERS and not own:
             src = g.data_input(node)
             if src is not None:
                 for y in node.output:
                     if y:
                         out[y] = (src,)
-        elif node.op_type == CONCAT:
+        elif node.op_type == CONCAT and qdq:
             srcs = tuple(i for i in node.input if i and i not in g.constants)
             if srcs and node.output:
                 out[node.output[0]] = srcs
     return out
 
 
-def tie_amax(model: onnx.ModelProto, amax: dict) -> dict:
-    """A copy of `amax` with the tied tensors' values replaced (graph order, so chains resolve).
+def tie_amax(model: onnx.ModelProto, amax: dict, qdq: bool = False) -> dict:
+    """A copy of `amax` with the tied tensors' values replaced (graph order, so chains resolve): the cache's rules,
+    or with `qdq` the Q/DQ model's (one scale per Concat).
 
     A tensor whose sources are not all in `amax` keeps its own value (nothing to tie to)."""
-    sources = tie_sources(model)
+    sources = tie_sources(model, qdq)
     out = dict(amax)
     for node in model.graph.node:
         for y in node.output:

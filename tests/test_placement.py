@@ -113,12 +113,31 @@ def test_concat_inputs_and_value_moving_layers_share_the_output_scale():
 def test_ties_follow_tensorrt():
     m = upsample_concat()
     amax = {"input": 1.0, "a0": 3.0, "a": 2.0, "b0": 5.0, "b1": 4.0, "b": 4.5, "c": 9.0, "mp": 1.5, "mpr": 7.0}
-    t = tie_amax(m, amax)
-    assert t["b"] == 4.0  # Resize output: its input's
-    assert t["c"] == 4.0  # Concat output: the largest of its (tied) inputs'
+    t = tie_amax(m, amax)  # a cache, as TensorRT's own EntropyCalibration2 caches have it
+    assert t["b"] == 4.0  # nearest Resize output: its input's
+    assert t["c"] == 9.0  # Concat output: its own (YOLOv3-tiny's route Concat in TensorRT's cache, the probe)
     assert t["mp"] == 2.0 and t["mpr"] == 2.0  # MaxPool, then Reshape: a chain carries one scale
     assert t["a0"] == 3.0 and t["a"] == 2.0 and t["b1"] == 4.0  # activations keep their own
     assert tie_amax(m, t) == t
+    q = tie_amax(m, amax, qdq=True)  # a Q/DQ model: one scale for the Concat and its inputs
+    assert q["c"] == 4.0 and q["b"] == 4.0 and q["mpr"] == 2.0
+    assert tie_amax(m, q, qdq=True) == q
+
+
+def test_cache_ties_leave_a_linear_resize_and_a_split_their_own():
+    from onnx import helper
+
+    m = upsample_concat()
+    up = next(n for n in m.graph.node if n.name == "up")
+    next(a for a in up.attribute if a.name == "mode").s = b"linear"
+    amax = {"input": 1.0, "a0": 3.0, "a": 2.0, "b0": 5.0, "b1": 4.0, "b": 4.5, "c": 9.0, "mp": 1.5, "mpr": 7.0}
+    assert tie_amax(m, amax)["b"] == 4.5 and tie_amax(m, amax, qdq=True)["b"] == 4.0
+    g = helper.make_graph([helper.make_node("Split", ["x"], ["y0", "y1"], axis=1, num_outputs=2)], "s",
+                          [helper.make_tensor_value_info("x", 1, [1, 4])],
+                          [helper.make_tensor_value_info(y, 1, [1, 2]) for y in ("y0", "y1")])
+    sm = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
+    t = {"x": 5.0, "y0": 1.0, "y1": 3.0}
+    assert tie_amax(sm, t) == t and tie_amax(sm, t, qdq=True) == {"x": 5.0, "y0": 5.0, "y1": 5.0}
 
 
 def test_one_scale_per_concat_in_the_qdq_model():
