@@ -195,6 +195,18 @@ def kl_divergences(bins, num_levels, start, stride):
     return ivals, out
 
 
+@njit(cache=True, nogil=True)
+def _grid_block(xs, buf, w, lo, hi, last, nbins, dump, absmode):
+    """Bin indices of xs into buf (4 interleaved copies of the nbins bins; non-finite values to `dump`)."""
+    for j in range(xs.size):
+        x = xs[j]
+        v = abs(x) if absmode else min(max(x, lo), hi)
+        q = v / w
+        q = q if q < last else last
+        k = np.uint32(np.int32(q)) + (np.uint32(j) & np.uint32(3)) * np.uint32(nbins)
+        buf[j] = k if np.isfinite(x) else dump
+
+
 @njit(parallel=True, cache=True, nogil=True)
 def grid_histogram(flat, width, lo, hi, nbins, nchunks):
     """Counts of floor(clip(x, lo, hi)' / width) over a 1-D float32 array, where x' = |x| when lo < 0 (the |x|
@@ -202,28 +214,43 @@ def grid_histogram(flat, width, lo, hi, nbins, nchunks):
     Non-finite values are left out. The division is done in float32, as on the GPU."""
     n = flat.size
     step = (n + nchunks - 1) // nchunks
-    local = np.zeros((nchunks, nbins), np.int64)
+    dump = np.uint32(4 * nbins)
+    local = np.zeros((nchunks, 4 * nbins + 1), np.int64)
     w = np.float32(width)
+    flo = np.float32(lo)
+    fhi = np.float32(min(hi, 3.0e38))
+    last = np.float32(nbins - 1)
+    absmode = lo < 0.0
     for c in prange(nchunks):
         a = min(n, c * step)
         b = min(n, a + step)
         h = local[c]
-        for j in range(a, b):
-            x = flat[j]
-            if not np.isfinite(x):
-                continue
-            if lo < 0.0:
-                v = abs(x)
-            else:
-                v = min(max(x, np.float32(lo)), np.float32(hi))
-            k = int(v / w)
-            if k > nbins - 1:
-                k = nbins - 1
-            h[k] += 1
+        buf = np.empty(BLOCK, np.uint32)
+        for s in range(a, b, BLOCK):
+            e = min(b, s + BLOCK)
+            _grid_block(flat[s:e], buf, w, flo, fhi, last, nbins, dump, absmode)
+            _scatter(buf, e - s, h)
     out = np.zeros(nbins, np.int64)
     for c in range(nchunks):
-        out += local[c]
+        for q in range(4):
+            out += local[c, q * nbins:(q + 1) * nbins]
     return out
+
+
+@njit(parallel=True, cache=True, nogil=True)
+def count_zeros(flat, nchunks):
+    """How many values of a 1-D float32 array are exactly zero (either sign)."""
+    n = flat.size
+    step = (n + nchunks - 1) // nchunks
+    counts = np.zeros(nchunks, np.int64)
+    for c in prange(nchunks):
+        a = min(n, c * step)
+        b = min(n, a + step)
+        z = 0
+        for j in range(a, b):
+            z += flat[j] == np.float32(0.0)
+        counts[c] = z
+    return counts.sum()
 
 
 @njit(parallel=True, cache=True, nogil=True)

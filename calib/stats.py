@@ -193,7 +193,7 @@ class HistogramCollector:
     trt_pending: dict = field(default_factory=dict)  # derived output -> its TrtGrid, until derive()
 
     def update(self, name: str, array: np.ndarray) -> None:
-        from calib.kernels import abs_histogram, range_stats
+        from calib.kernels import abs_histogram, count_zeros, range_stats
 
         flat = np.ascontiguousarray(array, dtype=np.float32).reshape(-1)  # TensorRT calibrates float32 values
         if flat.size == 0:
@@ -227,7 +227,7 @@ class HistogramCollector:
             if self.first:
                 h.first_absmax = max(h.first_absmax or 0.0, float(amax))
                 h.first_max = float(mx) if h.first_max is None else max(h.first_max, float(mx))
-        h.zeros += int(flat.size) - int(np.count_nonzero(flat))
+        h.zeros += int(count_zeros(flat, _threads() if flat.size > (1 << 16) else 1))
         h.count += int(flat.size) - int(bad)
         h.nonfinite += int(bad)
         if mn <= mx:

@@ -184,3 +184,19 @@ def test_histogram_kernel_matches_numpy_on_hard_values(signed, nchunks):
     assert range_stats(nan, nchunks) == (np.inf, -np.inf, 0.0, 100)
     with pytest.raises(ValueError, match="float32"):
         abs_histogram(x.astype(np.float64), 1.0, 16, nchunks, signed)
+
+
+def test_grid_histogram_and_zero_count_against_numpy():
+    from calib.kernels import count_zeros, grid_histogram
+
+    rng = np.random.default_rng(3)
+    x = (rng.standard_normal(300_001) * 3).astype(np.float32)
+    x[::97] = 0.0
+    x[1], x[2], x[3], x[4] = np.inf, -np.inf, np.nan, -0.0
+    fin = x[np.isfinite(x)]
+    w = np.float32(12.0 / 2048)
+    for lo, hi, v in ((-1.0, np.inf, np.abs(fin)), (0.0, 6.0, np.clip(fin, np.float32(0), np.float32(6)))):
+        ref = np.bincount(np.minimum((v / w).astype(np.int64), 2047), minlength=2048)
+        for chunks in (1, 2):
+            assert (grid_histogram(x, float(w), lo, hi, 2048, chunks) == ref).all()
+    assert count_zeros(x, 2) == count_zeros(x, 1) == int((x == 0).sum())
