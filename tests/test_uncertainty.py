@@ -178,3 +178,14 @@ def test_decision_warns_when_the_evaluation_is_too_small():
     a, b = _paired_table(60, 35, 0, 5)
     d = decide(_evaluation(100, a, b, task="detection", boxes=13), ["a", "b"])
     assert d["status"] == "too_small" and "only 13 FP32 boxes" in d["reason"]
+
+
+def test_decision_warns_when_the_samples_come_from_few_photos():
+    a, b = _paired_table(60, 35, 0, 5)  # a clear difference over 100 samples...
+    ev = _evaluation(100, b, a)
+    ev["bootstrap"] = {"resampled": "groups", "groups": 6, "samples": 100}  # ...but crops of 6 photos
+    d = decide(ev, ["a", "b"])
+    assert d["status"] == "too_small" and d["best"] is None and d["ship"] == "b"
+    assert "only 6 independent source photos" in d["warnings"][0]
+    ev["bootstrap"]["groups"] = 18  # the default recipe's evaluation: 18 photos and their crops
+    assert decide(ev, ["a", "b"])["status"] == "best"

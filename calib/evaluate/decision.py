@@ -14,6 +14,7 @@ from calib.evaluate.confidence import label
 
 MIN_SAMPLES = 30  # images (or samples) below which no comparison is trusted
 MIN_BOXES = 50  # FP32 boxes below which a detection comparison is not trusted
+MIN_GROUPS = 10  # independent groups (source photos of crops) below which a cluster bootstrap is not trusted
 
 
 def oriented(paired: list[dict], a: str, b: str) -> dict | None:
@@ -49,6 +50,10 @@ def size_warnings(evaluation: dict) -> list[str]:
     unit = "images" if evaluation.get("task") == "detection" else "samples"
     if n < MIN_SAMPLES:
         out.append(f"only {n} evaluation {unit}, fewer than {MIN_SAMPLES}: too few to tell configurations apart")
+    groups = (evaluation.get("bootstrap") or {}).get("groups")
+    if groups is not None and groups < MIN_GROUPS:
+        out.append(f"the {n} evaluation {unit} come from only {groups} independent source photos, fewer than "
+                   f"{MIN_GROUPS}: too few to tell configurations apart")
     boxes = evaluation.get("fp32_boxes")
     if evaluation.get("task") == "detection" and boxes is not None and boxes < MIN_BOXES:
         out.append(f"only {boxes} FP32 boxes, fewer than {MIN_BOXES}: mAP against them is too coarse to decide")
