@@ -21,20 +21,11 @@ pytestmark = pytest.mark.gpu
 trt = pytest.importorskip("tensorrt")
 
 from calib.runners.tensorrt.builder import BuildSpec, build  # noqa: E402
-from calib.runners.tensorrt.device import Cuda  # noqa: E402
 from calib.runners.tensorrt.inspect import node_precisions  # noqa: E402
 from calib.runners.tensorrt.runner import TrtRunner  # noqa: E402
 
 LEVEL = int(os.environ.get("CALIB_TEST_OPT_LEVEL", "1"))
 NAMES = ("input_ids", "attention_mask", "token_type_ids")
-
-
-@pytest.fixture(scope="module")
-def cuda():
-    try:
-        return Cuda()
-    except Exception as exc:
-        pytest.skip(f"no CUDA device: {exc}")
 
 
 @pytest.fixture(scope="module")

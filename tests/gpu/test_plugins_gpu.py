@@ -20,19 +20,10 @@ trt = pytest.importorskip("tensorrt")
 
 from calib.runners.tensorrt.builder import BuildSpec, build  # noqa: E402
 from calib.runners.tensorrt.calibrators import cache_calibrator  # noqa: E402
-from calib.runners.tensorrt.device import Cuda  # noqa: E402
 from calib.runners.tensorrt.runner import TrtRunner  # noqa: E402
 
 LEVEL = int(os.environ.get("CALIB_TEST_OPT_LEVEL", "1"))
 PROFILE = {"images": ((1, 3, 320, 320), (4, 3, 320, 320), (8, 3, 320, 320))}
-
-
-@pytest.fixture(scope="module")
-def cuda():
-    try:
-        return Cuda()
-    except Exception as exc:
-        pytest.skip(f"no CUDA device: {exc}")
 
 
 @pytest.fixture(scope="module")

@@ -21,20 +21,11 @@ trt = pytest.importorskip("tensorrt")
 from calib.engine_files import bench_engine_file  # noqa: E402
 from calib.runners.tensorrt.builder import BuildSpec, build, write_engine  # noqa: E402
 from calib.runners.tensorrt.calibrators import make_calibrator  # noqa: E402
-from calib.runners.tensorrt.device import Cuda  # noqa: E402
 from calib.runners.tensorrt.runner import TrtRunner  # noqa: E402
 
 CNN = GOLDEN / "cnn" / "cnn.onnx"
 LEVEL = int(os.environ.get("CALIB_TEST_OPT_LEVEL", "1"))
 PROFILE = {"input": ((1, 3, 64, 64), (8, 3, 64, 64), (32, 3, 64, 64))}
-
-
-@pytest.fixture(scope="module")
-def cuda():
-    try:
-        return Cuda()
-    except Exception as exc:  # no GPU here
-        pytest.skip(f"no CUDA device: {exc}")
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,6 @@ trt = pytest.importorskip("tensorrt")
 from calib.qdq import insert_qdq  # noqa: E402
 from calib.runners.tensorrt.builder import BuildSpec, build  # noqa: E402
 from calib.runners.tensorrt.calibrators import cache_calibrator  # noqa: E402
-from calib.runners.tensorrt.device import Cuda  # noqa: E402
 from calib.runners.tensorrt.inspect import node_precisions  # noqa: E402
 from calib.runners.tensorrt.profile import profile_layers  # noqa: E402
 from calib.runners.tensorrt.runner import TrtRunner  # noqa: E402
@@ -28,14 +27,6 @@ from test_placement import upsample_concat  # noqa: E402
 
 MBV2 = GOLDEN / "mobilenet_v2" / "mobilenet_v2_imagenet.onnx"
 LEVEL = int(os.environ.get("CALIB_TEST_OPT_LEVEL", "1"))
-
-
-@pytest.fixture(scope="module")
-def cuda():
-    try:
-        return Cuda()
-    except Exception as exc:
-        pytest.skip(f"no CUDA device: {exc}")
 
 
 def _photos():

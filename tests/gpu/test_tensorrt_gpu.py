@@ -37,14 +37,6 @@ LEVEL = int(os.environ.get("CALIB_TEST_OPT_LEVEL", "1"))
 
 
 @pytest.fixture(scope="module")
-def cuda():
-    try:
-        return Cuda()
-    except Exception as exc:  # no GPU here
-        pytest.skip(f"no CUDA device: {exc}")
-
-
-@pytest.fixture(scope="module")
 def data():
     return np.load(GOLDEN / "cnn" / "cnn_calib.npy")
 
