@@ -151,12 +151,9 @@ def abs_histogram(flat, inv_width, nbins, nchunks, signed):
     return out, mn, mx, amax, bad
 
 
-@njit(parallel=True, cache=True, nogil=True)
-def kl_divergences(bins, num_levels, start, stride):
-    """KL(P || Q) for every candidate threshold of i bins, i = start, start + stride, ..., len(bins).
-
-    P is bins[:i] with the outliers folded into its last bin; Q spreads each of `num_levels` levels evenly over
-    its non-empty bins. Prefix sums of b*log(b) make each candidate O(num_levels)."""
+@njit(cache=True, nogil=True)
+def _prefix_sums(bins):
+    """Prefix sums of the counts, of the non-empty bins and of b*log(b): each KL candidate in O(levels)."""
     n = bins.size
     cum = np.zeros(n + 1)
     cumnz = np.zeros(n + 1)
@@ -166,6 +163,17 @@ def kl_divergences(bins, num_levels, start, stride):
         cum[k + 1] = cum[k] + b
         cumnz[k + 1] = cumnz[k] + (1.0 if b > 0 else 0.0)
         cumblogb[k + 1] = cumblogb[k] + (b * np.log(b) if b > 0 else 0.0)
+    return cum, cumnz, cumblogb
+
+
+@njit(parallel=True, cache=True, nogil=True)
+def kl_divergences(bins, num_levels, start, stride):
+    """KL(P || Q) for every candidate threshold of i bins, i = start, start + stride, ..., len(bins).
+
+    P is bins[:i] with the outliers folded into its last bin; Q spreads each of `num_levels` levels evenly over
+    its non-empty bins. Prefix sums of b*log(b) make each candidate O(num_levels)."""
+    n = bins.size
+    cum, cumnz, cumblogb = _prefix_sums(bins)
     total = cum[n]
     count = (n - start) // stride + 1
     out = np.empty(count)
@@ -260,14 +268,7 @@ def kl_divergences_tensorrt(bins, num_levels, start):
     goes to level floor(k * num_levels / i); Q spreads each level's count (of bins[:i], outliers not included) evenly
     over the level's non-empty bins of `bins`. inf where P has mass that Q lacks (an empty last bin with outliers)."""
     n = bins.size
-    cum = np.zeros(n + 1)
-    cumnz = np.zeros(n + 1)
-    cumblogb = np.zeros(n + 1)
-    for k in range(n):
-        b = bins[k]
-        cum[k + 1] = cum[k] + b
-        cumnz[k + 1] = cumnz[k] + (1.0 if b > 0 else 0.0)
-        cumblogb[k + 1] = cumblogb[k] + (b * np.log(b) if b > 0 else 0.0)
+    cum, cumnz, cumblogb = _prefix_sums(bins)
     total = cum[n]
     count = n - start + 1
     out = np.empty(count)
