@@ -208,9 +208,17 @@ def collect(model_path: str | Path, source, micro_batch: int = 8, nbins: int = D
     return info, stats, samples, digest.hexdigest()
 
 
+def needs_tensorrt_grid(algorithms, params: dict | None = None) -> bool:
+    """Whether the pass must keep TensorRT's own grid: only the entropy algorithm with grid "tensorrt" reads it."""
+    if "entropy" not in algorithms:
+        return False
+    return registry.check_params("entropy", (params or {}).get("entropy", {})).get("grid") == "tensorrt"
+
+
 def _first_batch_ranges(runner, batch: dict, wanted: list, micro_batch: int, derived: dict, stats) -> None:
     """Each tensor's absmax (and max) over the first batch, where TensorRT sets its histogram ranges."""
     from calib.kernels import range_stats
+    from calib.stats import _threads
 
     amax: dict = {}
     top: dict = {}
@@ -221,7 +229,7 @@ def _first_batch_ranges(runner, batch: dict, wanted: list, micro_batch: int, der
             v = outs[name]
             if isinstance(v, np.ndarray) and v.dtype.kind == "f" and v.size:
                 flat = np.ascontiguousarray(v, dtype=np.float32).reshape(-1)
-                mn, mx, am, _bad = range_stats(flat, 1)
+                mn, mx, am, _bad = range_stats(flat, _threads() if flat.size > (1 << 16) else 1)
                 if mn <= mx:
                     amax[name] = max(amax.get(name, 0.0), float(am))
                     top[name] = max(top.get(name, -np.inf), float(mx))
@@ -288,7 +296,8 @@ def calibrate(model: str | Path, data, algorithms=ALL_ALGORITHMS, params: dict |
         t0 = time.perf_counter()
         dropped: list = []
         info2, stats, samples, fp = collect(model, data, micro_batch=micro_batch, label=label, info=info,
-                                            skip_nonfinite=skip_nonfinite, dropped=dropped, give_back=give_back)
+                                            skip_nonfinite=skip_nonfinite, dropped=dropped, give_back=give_back,
+                                            tensorrt_grid=needs_tensorrt_grid(algorithms, params))
         t_pass = time.perf_counter() - t0
         amax, used, secs = compute_all(stats, info2.activations, algorithms, params, model=model)
         secs["pass"] = t_pass

@@ -1,8 +1,17 @@
 """Compiled inner loops for the statistics pass (numba, parallel over the machine's cores)."""
 from __future__ import annotations
 
-import numpy as np
-from numba import njit, prange
+import os
+
+# numba runs these loops on an OpenMP team whose threads, by default, spin for a while after each loop. Between the
+# loops ONNX Runtime computes on the same cores, and on a machine where anything else runs, spinning threads take
+# the cores that the one thread still working needs: measured on a 2-core machine with one other busy process, the
+# histogram loops ran 7 to 10 times slower than with passive waiting (benchmarks/bench_calibrate.py). Passive
+# unless the user chose otherwise; it takes effect because the OpenMP library is loaded at the first parallel loop.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import numpy as np  # noqa: E402
+from numba import njit, prange  # noqa: E402
 
 
 # The histogram pass works on float32 values and their int32 bits. Order, absmax and finiteness come from the
@@ -109,7 +118,6 @@ def range_stats(flat, nchunks):
     return mn, mx, amax, bad
 
 
-@njit(parallel=True, cache=True, nogil=True)
 def abs_histogram(flat, inv_width, nbins, nchunks, signed):
     """One pass over a 1-D float32 array: (counts, min, max, absmax, nonfinite).
 
@@ -117,6 +125,30 @@ def abs_histogram(flat, inv_width, nbins, nchunks, signed):
     (the caller compares absmax with the range). signed: 2 * nbins counts, [0, nbins) for x >= 0 and
     [nbins, 2 nbins) for x < 0. Non-finite values are counted apart and left out of everything else.
     inv_width must be a power of two (the products are then exact)."""
+    counts, _grids, mn, mx, amax, bad, _zeros = histogram_pass(flat, float(inv_width), int(nbins), bool(signed), _NO_GRID,
+                                                               _NO_GRID, _NO_GRID, TRT_GRID_BINS, int(nchunks))
+    return counts, mn, mx, amax, bad
+
+
+TRT_GRID_BINS = 2048
+_NO_GRID = np.zeros(0)
+
+
+@njit(cache=True, nogil=True)
+def _zero_count(xs):
+    z = 0
+    for j in range(xs.size):
+        z += xs[j] == np.float32(0.0)
+    return z
+
+
+@njit(parallel=True, cache=True, nogil=True)
+def histogram_pass(flat, inv_width, nbins, signed, gwidth, glo, ghi, gbins, nchunks):
+    """Everything the statistics keep of a 1-D float32 array, from one read of it (block by block, each block
+    binned while it is in the core's cache): (counts, grids, min, max, absmax, nonfinite, zeros).
+
+    counts: as abs_histogram. grids[g]: as grid_histogram(flat, gwidth[g], glo[g], ghi[g], gbins) (TensorRT's
+    histograms, one row per grid asked for). zeros: the values that are exactly zero (either sign)."""
     if flat.itemsize != 4:
         raise ValueError("float32 values expected")
     bits = flat.view(np.int32)
@@ -124,11 +156,16 @@ def abs_histogram(flat, inv_width, nbins, nchunks, signed):
     step = (n + nchunks - 1) // nchunks
     width = 2 * nbins if signed else nbins
     dump = 4 * width
+    ng = gwidth.size
     local = np.zeros((nchunks, dump + 1), np.int64)
+    glocal = np.zeros((nchunks, ng, 4 * gbins + 1), np.int64)
     states = np.zeros((nchunks, 3), np.int32)
+    zeros = np.zeros(nchunks, np.int64)
     s1 = np.float32(min(inv_width, 2.0 ** 126))  # two factors: 2**-149 bins need 2**149, past float32
     s2 = np.float32(inv_width / min(inv_width, 2.0 ** 126))
     off = np.uint32(nbins if signed else 0)
+    glast = np.float32(gbins - 1)
+    gdump = np.uint32(4 * gbins)
     for c in prange(nchunks):
         lo = min(n, c * step)
         hi = min(n, lo + step)
@@ -137,18 +174,29 @@ def abs_histogram(flat, inv_width, nbins, nchunks, signed):
         st = states[c]
         st[0] = np.int32(_LOW)
         st[1] = np.int32(-_LOW - 1)
+        z = 0
         for s in range(lo, hi, BLOCK):
             e = min(hi, s + BLOCK)
-            _bins_block(flat[s:e], bits[s:e], buf, s1, s2, nbins, off, np.uint32(width), np.uint32(dump), st)
+            xs = flat[s:e]
+            _bins_block(xs, bits[s:e], buf, s1, s2, nbins, off, np.uint32(width), np.uint32(dump), st)
             _scatter(buf, e - s, h)
+            for g in range(ng):
+                _grid_block(xs, buf, np.float32(gwidth[g]), np.float32(glo[g]), np.float32(min(ghi[g], 3.0e38)),
+                            glast, gbins, gdump, glo[g] < 0.0)
+                _scatter(buf, e - s, glocal[c, g])
+            z += _zero_count(xs)
+        zeros[c] = z
     out = np.zeros(width, np.int64)
+    grids = np.zeros((ng, gbins), np.int64)
     bad = 0
     for c in range(nchunks):
         for q in range(4):
             out += local[c, q * width:(q + 1) * width]
+            for g in range(ng):
+                grids[g] += glocal[c, g, q * gbins:(q + 1) * gbins]
         bad += local[c, dump]
     mn, mx, amax = _finish(states, bad, n)
-    return out, mn, mx, amax, bad
+    return out, grids, mn, mx, amax, bad, zeros.sum()
 
 
 @njit(cache=True, nogil=True)
@@ -243,22 +291,6 @@ def grid_histogram(flat, width, lo, hi, nbins, nchunks):
         for q in range(4):
             out += local[c, q * nbins:(q + 1) * nbins]
     return out
-
-
-@njit(parallel=True, cache=True, nogil=True)
-def count_zeros(flat, nchunks):
-    """How many values of a 1-D float32 array are exactly zero (either sign)."""
-    n = flat.size
-    step = (n + nchunks - 1) // nchunks
-    counts = np.zeros(nchunks, np.int64)
-    for c in prange(nchunks):
-        a = min(n, c * step)
-        b = min(n, a + step)
-        z = 0
-        for j in range(a, b):
-            z += flat[j] == np.float32(0.0)
-        counts[c] = z
-    return counts.sum()
 
 
 @njit(parallel=True, cache=True, nogil=True)

@@ -9,7 +9,7 @@ import onnx
 
 import calib
 from calib import cache as cachefmt
-from calib.calibrate import collect, compute_all
+from calib.calibrate import collect, compute_all, needs_tensorrt_grid
 from calib.data.sources import make_source
 from calib.evaluate.api import evaluate
 from calib.evaluate.report import summary, write_reports
@@ -133,7 +133,8 @@ def _run(recipe: Recipe, stage: Path, final: Path | None = None) -> None:
     log.info("simulating the deployed build: %s", pm.describe())
     left_out: list = []  # samples holding NaN/Inf, with calibration_data.skip_nonfinite
     info, stats, samples, fp = collect(model_path, csrc, label=recipe.calibration_data.path, info=info,
-                                       skip_nonfinite=recipe.calibration_data.skip_nonfinite, dropped=left_out)
+                                       skip_nonfinite=recipe.calibration_data.skip_nonfinite, dropped=left_out,
+                                       tensorrt_grid=needs_tensorrt_grid(c.algorithms, _params(recipe)))
     if getattr(csrc, "bad", None):
         log.warning("%d unreadable images skipped", len(csrc.bad))
     amax, used, secs = compute_all(stats, info.activations, c.algorithms, _params(recipe), model=model_path)

@@ -45,22 +45,32 @@ class TrtGrid:
     lo: float = -1.0
     hi: float = math.inf
 
-    def add(self, flat: np.ndarray, top: float, first: float) -> None:
-        """Count `flat` (float32, 1-D); `top` is the largest value this view of it holds, `first` the first
-        batch's absmax of the view (the range TensorRT starts from)."""
-        from calib.kernels import grid_histogram
-
+    def fit(self, top: float, first: float, size: int) -> bool:
+        """Set the range for a batch whose largest value (of this view) is `top`, `first` the first batch's absmax
+        of the view (the range TensorRT starts from). False while there is no range yet: the batch's `size` values
+        are all zero, and counted in bin 0 here."""
         if self.width is None:
             start = first if first > 0.0 else top
             if start <= 0.0:  # all zeros so far: bin 0, whatever the width will be
-                self.counts[0] += flat.size
-                return
+                self.counts[0] += size
+                return False
             self.width = start / self.counts.size
         while top > self.counts.size * self.width:
             self.counts = _halve(self.counts)
             self.width *= 2.0
-        chunks = _threads() if flat.size > (1 << 16) else 1
-        self.counts += grid_histogram(flat, self.width, self.lo, self.hi, self.counts.size, chunks)
+        return True
+
+    def fits(self, top: float) -> bool:
+        return self.width is not None and top <= self.counts.size * self.width
+
+    def add(self, flat: np.ndarray, top: float, first: float) -> None:
+        """Count `flat` (float32, 1-D); `top` is the largest value this view of it holds, `first` the first
+        batch's absmax of the view."""
+        from calib.kernels import grid_histogram
+
+        if self.fit(top, first, flat.size):
+            chunks = _threads() if flat.size > (1 << 16) else 1
+            self.counts += grid_histogram(flat, self.width, self.lo, self.hi, self.counts.size, chunks)
 
 
 @dataclass
@@ -167,6 +177,12 @@ def _merge_grids(a: TrtGrid | None, b: TrtGrid | None) -> TrtGrid | None:
     return out
 
 
+def _top(hi: float | None, rng) -> float:
+    """The largest value a view holds, from (min, max, absmax) of the batch: |x| (hi None) or x clipped to
+    [0, hi]."""
+    return float(rng[2]) if hi is None else min(max(float(rng[1]), 0.0), hi)
+
+
 def _halve(c: np.ndarray) -> np.ndarray:
     """Pairs of neighbouring bins summed into the lower half; the upper half is empty."""
     return np.concatenate([c.reshape(-1, 2).sum(axis=1), np.zeros(c.size // 2, np.int64)])
@@ -193,56 +209,81 @@ class HistogramCollector:
     trt_pending: dict = field(default_factory=dict)  # derived output -> its TrtGrid, until derive()
 
     def update(self, name: str, array: np.ndarray) -> None:
-        from calib.kernels import abs_histogram, count_zeros, range_stats
+        """One read of `flat` in the common case (the values fit the bins kept so far): the |x| histogram,
+        TensorRT's grids of this tensor and of the Relu/Clip outputs counted from it, and the zero count; a
+        second one when a value is past a range (the bins are widened, then the batch is counted again)."""
+        from calib.kernels import range_stats
 
         flat = np.ascontiguousarray(array, dtype=np.float32).reshape(-1)  # TensorRT calibrates float32 values
         if flat.size == 0:
             return
         chunks = _threads() if flat.size > (1 << 16) else 1
-        signed = name in self.signed
         h = self.hists.get(name)
-        fast = None
-        if h is not None:  # one pass when the values fit the current bins (the common case)
-            counts, mn, mx, amax, bad = abs_histogram(flat, 1.0 / h.width, self.nbins, chunks, signed)
-            if amax < self.nbins * h.width:
-                fast = counts
-        else:
-            mn, mx, amax, bad = range_stats(flat, chunks)
-        if fast is None:  # the range is known (from either pass): widen the bins, count again
-            if h is None:
-                h = Histogram(np.zeros(self.nbins, np.int64), 2.0 ** _exponent_for(amax, self.nbins),
-                              neg=np.zeros(self.nbins, np.int64) if signed else None)
-                self.hists[name] = h
-            h.coarsen_to(2.0 ** _exponent_for(max(float(amax), h.absmax), self.nbins))
-            fast = abs_histogram(flat, 1.0 / h.width, self.nbins, chunks, signed)[0]
-        if signed:
-            neg = fast[self.nbins:]
-            fast = fast[:self.nbins] + neg
+        known = None
+        if h is None:  # the first batch of this tensor: its range first, then the bins to fit it
+            known = range_stats(flat, chunks)
+            h = Histogram(np.zeros(self.nbins, np.int64), 2.0 ** _exponent_for(known[2], self.nbins),
+                          neg=np.zeros(self.nbins, np.int64) if name in self.signed else None)
+            self.hists[name] = h
+        views = self._views(name, known)
+        if known is not None:
+            views = [(g, first, hi) for g, first, hi in views if g.fit(_top(hi, known), first, flat.size)]
+        later = [v for v in views if v[0].width is None]  # no range yet: counted on their own, after the pass
+        views = [v for v in views if v[0].width is not None]
+        out = self._pass(flat, h, views, chunks)
+        rng = out[2:5]
+        if rng[0] <= rng[1] and (rng[2] >= self.nbins * h.width
+                                 or not all(g.fits(_top(hi, rng)) for g, _, hi in views)):
+            h.coarsen_to(2.0 ** _exponent_for(max(float(rng[2]), h.absmax), self.nbins))
+            for g, first, hi in views:
+                g.fit(_top(hi, rng), first, flat.size)
+            out = self._pass(flat, h, views, chunks)
+        counts, grids, mn, mx, amax, bad, zeros = out
+        if h.neg is not None:
+            neg = counts[self.nbins:]
+            counts = counts[:self.nbins] + neg
             h.neg += neg
-        h.counts += fast
+        h.counts += counts
         if mn <= mx:
+            for (g, _, _), row in zip(views, grids):
+                g.counts += row
+            for g, first, hi in later:
+                g.add(flat, _top(hi, (mn, mx, amax)), first)
             h.absmax = max(h.absmax, float(amax))
             h.min = min(h.min, float(mn))
             h.max = max(h.max, float(mx))
             if self.first:
                 h.first_absmax = max(h.first_absmax or 0.0, float(amax))
                 h.first_max = float(mx) if h.first_max is None else max(h.first_max, float(mx))
-        h.zeros += int(count_zeros(flat, _threads() if flat.size > (1 << 16) else 1))
+        h.zeros += int(zeros)
         h.count += int(flat.size) - int(bad)
         h.nonfinite += int(bad)
-        if mn <= mx:
-            self._trt_update(name, h, flat, float(amax), float(mx))
 
-    def _trt_update(self, name: str, h: Histogram, flat: np.ndarray, amax: float, mx: float) -> None:
+    def _views(self, name: str, known) -> list:
+        """(TensorRT grid, first batch's absmax, hi) for this tensor's own |x| grid (hi None) and for each Relu/Clip
+        output counted from it (x clipped to [0, hi]); none for a first batch without a finite value."""
+        if known is not None and not known[0] <= known[1]:
+            return []
+        views = []
         if name in self.trt_first:
+            h = self.hists[name]
             if h.trt is None:
                 h.trt = TrtGrid(None, np.zeros(TRT_BINS, np.int64))
-            h.trt.add(flat, amax, self.trt_first[name])
+            views.append((h.trt, self.trt_first[name], None))
         for y, hi in self.trt_derived.get(name, ()):
             g = self.trt_pending.get(y)
             if g is None:
                 g = self.trt_pending[y] = TrtGrid(None, np.zeros(TRT_BINS, np.int64), 0.0, hi)
-            g.add(flat, min(max(mx, 0.0), hi), self.trt_first.get(y, 0.0))
+            views.append((g, self.trt_first.get(y, 0.0), hi))
+        return views
+
+    def _pass(self, flat: np.ndarray, h: Histogram, views: list, chunks: int):
+        from calib.kernels import histogram_pass
+
+        gw = np.array([g.width for g, _, _ in views], np.float64)
+        glo = np.array([g.lo for g, _, _ in views], np.float64)
+        ghi = np.array([g.hi for g, _, _ in views], np.float64)
+        return histogram_pass(flat, 1.0 / h.width, int(self.nbins), h.neg is not None, gw, glo, ghi, TRT_BINS, int(chunks))
 
     def derive(self, name: str, source: str, hi: float) -> None:
         """Set `name`'s histogram to that of min(max(source, 0), hi) (source must be in `signed`)."""

@@ -65,3 +65,17 @@ def test_calibrate_loads_no_report_or_metric_libraries(tiny_model, tiny_data, tm
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert (tmp_path / "out" / "mse.cache").is_file()
+
+
+def test_compiled_loops_wait_passively_unless_the_user_chose():
+    """The histogram loops' OpenMP threads sleep between loops (spinning ones took the cores from ONNX Runtime and
+    from any other process: 7-10x slower loops on a busy 2-core machine); a user's own setting is kept."""
+    import os
+
+    code = "import os, calib.kernels; print(os.environ.get('OMP_WAIT_POLICY'))"
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert r.returncode == 0 and r.stdout.strip() == "PASSIVE", r.stderr
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       env={**env, "OMP_WAIT_POLICY": "ACTIVE"})
+    assert r.stdout.strip() == "ACTIVE"

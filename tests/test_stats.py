@@ -186,8 +186,12 @@ def test_histogram_kernel_matches_numpy_on_hard_values(signed, nchunks):
         abs_histogram(x.astype(np.float64), 1.0, 16, nchunks, signed)
 
 
+def _grid_reference(v, w, nbins=2048):
+    return np.bincount(np.minimum((v / np.float32(w)).astype(np.int64), nbins - 1), minlength=nbins)
+
+
 def test_grid_histogram_and_zero_count_against_numpy():
-    from calib.kernels import count_zeros, grid_histogram
+    from calib.kernels import grid_histogram, histogram_pass
 
     rng = np.random.default_rng(3)
     x = (rng.standard_normal(300_001) * 3).astype(np.float32)
@@ -195,8 +199,54 @@ def test_grid_histogram_and_zero_count_against_numpy():
     x[1], x[2], x[3], x[4] = np.inf, -np.inf, np.nan, -0.0
     fin = x[np.isfinite(x)]
     w = np.float32(12.0 / 2048)
-    for lo, hi, v in ((-1.0, np.inf, np.abs(fin)), (0.0, 6.0, np.clip(fin, np.float32(0), np.float32(6)))):
-        ref = np.bincount(np.minimum((v / w).astype(np.int64), 2047), minlength=2048)
+    views = ((-1.0, np.inf, np.abs(fin)), (0.0, 6.0, np.clip(fin, np.float32(0), np.float32(6))))
+    for lo, hi, v in views:
         for chunks in (1, 2):
-            assert (grid_histogram(x, float(w), lo, hi, 2048, chunks) == ref).all()
-    assert count_zeros(x, 2) == count_zeros(x, 1) == int((x == 0).sum())
+            assert (grid_histogram(x, float(w), lo, hi, 2048, chunks) == _grid_reference(v, w)).all()
+    # the one-read pass: the same |x| histogram as abs_histogram, both grids, the exact zeros
+    gw = np.array([float(w), float(w) / 2])
+    glo, ghi = np.array([-1.0, 0.0]), np.array([np.inf, 6.0])
+    for chunks in (1, 2, 3):
+        counts, grids, mn, mx, amax, bad, zeros = histogram_pass(x, 2.0 ** 6, 2048, True, gw, glo, ghi, 2048, chunks)
+        want = _reference(x, 2.0 ** 6, 2048, True)
+        np.testing.assert_array_equal(counts, want[0])
+        assert (mn, mx, amax, bad) == want[1:]
+        assert (grids[0] == _grid_reference(views[0][2], gw[0])).all()
+        assert (grids[1] == _grid_reference(views[1][2], gw[1])).all()
+        assert zeros == int((x == 0).sum())
+
+
+def test_collector_keeps_tensorrt_grids_as_tensorrt_does():
+    """TensorRT's grid of a tensor and of the Relu6 output counted from it, over batches that grow past the range,
+    one batch of zeros and non-finite values: the range from the first batch, the width doubled while a batch holds
+    a value past it, each batch counted on the grid it ends with."""
+    from calib.stats import HistogramCollector
+
+    rng = np.random.default_rng(11)
+    batches = [(rng.standard_normal(70_000) * s).astype(np.float32) for s in (1.0, 3.0, 0.5, 9.0)]
+    batches.insert(2, np.zeros(5000, np.float32))
+    batches[3][:3] = (np.nan, np.inf, -np.inf)
+    first = batches[0]
+    col = HistogramCollector(signed=frozenset({"x"}))
+    col.trt_first = {"x": float(np.abs(first).max()), "y": float(min(max(first.max(), 0), 6.0))}
+    col.trt_derived = {"x": [("y", 6.0)]}
+    for b in batches:
+        col.update("x", b)
+        col.first = False
+    col.derive("y", "x", 6.0)
+
+    def reference(view, start):
+        w, counts = start / 2048, np.zeros(2048, np.int64)
+        for b in batches:
+            v = view(b[np.isfinite(b)])
+            while v.size and v.max() > 2048 * w:
+                counts = np.concatenate([counts.reshape(-1, 2).sum(axis=1), np.zeros(1024, np.int64)])
+                w *= 2.0
+            counts += _grid_reference(v, w)
+        return w, counts
+
+    for name, view in (("x", np.abs), ("y", lambda v: np.clip(v, np.float32(0), np.float32(6)))):
+        w, counts = reference(view, col.trt_first[name])
+        g = col.histogram(name).trt
+        assert g.width == w and (g.counts == counts).all(), name
+    assert col.histogram("x").zeros == sum(int((b == 0).sum()) for b in batches)
