@@ -5,7 +5,8 @@
 # PHOTOS: the 256 golden photos (tests/golden/trt86-h200/make_calib_data.py writes them).
 #   bash benchmarks/run_gpu.sh yolov8n OUT [MODEL] [LEVEL]   recipes/yolov8n.yaml's engines (engine_order.py)
 #   bash benchmarks/run_gpu.sh qdq OUT MODEL [JOBS]     issue 22's table for one model (mbv2|yolov3-tiny|yolov8n);
-#   JOBS: a comma list of fp16,implicit,calib-qdq,modelopt-qdq (built in that order; default all). Data: what
+#   JOBS: a comma list of fp16,implicit,calib-qdq,calib-qdq-like,modelopt-qdq,rank-ALGO (built in that order;
+#   default the first four); QDQ_LEVEL: builder optimization level (3), QDQ_BATCH: batch (0: the model's). Data: what
 #   benchmarks/qdq_prepare.py wrote, staged as an extra (/opt/extra/qdq22, or $QDQ_DATA). Results accumulate in
 #   /tmp/qdq22/MODEL across calls on one machine (engines already measured are kept); each call copies them to
 #   OUT/qdq-MODEL/ (table.json, table.md, layers.json, profile.json) and logs to OUT/qdq-MODEL.log.
@@ -67,8 +68,8 @@ case $step in
   qdq)  # issue 22: FP16, implicit INT8 from calib's best cache, calib's and ModelOpt's Q/DQ models from it
     m=$3 res=/tmp/qdq22/$3
     timeout 560 $py benchmarks/qdq_table.py --model "$m" --data "${QDQ_DATA:-/opt/extra/qdq22}" --out "$res" \
-      --opt-level 3 --only "${4:-fp16,implicit,calib-qdq,modelopt-qdq}" --deadline-s "${QDQ_DEADLINE:-480}" \
-      > "$out/qdq-$m.log" 2>&1
+      --opt-level "${QDQ_LEVEL:-3}" --batch "${QDQ_BATCH:-0}" --only "${4:-fp16,implicit,calib-qdq,modelopt-qdq}" \
+      --deadline-s "${QDQ_DEADLINE:-480}" > "$out/qdq-$m.log" 2>&1
     echo "exit $?" >> "$out/qdq-$m.log"
     mkdir -p "$out/qdq-$m"
     for f in table.json table.md layers.json profile.json; do [ -f "$res/$f" ] && cp "$res/$f" "$out/qdq-$m/"; done
