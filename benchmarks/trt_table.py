@@ -62,7 +62,7 @@ def jobs(args):
     out = [("fp32", ("fp32",), None, ()), ("fp16", ("fp32", "fp16"), None, ()),
            ("int8-tensorrt-entropy2", ("int8",), "trt", ())]
     out += [(f"int8-{a}", ("int8",), a, ()) for a in ALGOS + ("pt",)]
-    out += [(f"int8+fp16-tensorrt-entropy2", ("int8", "fp16"), "trt-reuse", ())]
+    out += [("int8+fp16-tensorrt-entropy2", ("int8", "fp16"), "trt-reuse", ())]
     for item in args.fallback:
         name, _, path = item.partition("=")
         algo, _, _ = name.partition("+")

@@ -96,8 +96,6 @@ def build_engines(recipe: Recipe, model_path: Path, info, amax: dict, calib_sour
         if algo in b.layerwise:
             jobs.append((f"trt-int8-{algo}{MARKED}", marked, feed, f"{algo}.cache"))
     if b.qdq:  # explicit INT8: calib's Q/DQ model of each algorithm, built with no calibrator
-        import onnx
-
         from calib.io import atomic_write_bytes
         from calib.qdq import insert_qdq
 
@@ -108,7 +106,7 @@ def build_engines(recipe: Recipe, model_path: Path, info, amax: dict, calib_sour
             qdq_files[f"trt-qdq-{algo}"] = path
             spec = replace(int8, timing_cache=timing((*b.precision, "qdq", algo)))  # another graph: its own cache
             jobs.append((f"trt-qdq-{algo}", spec, lambda: None, f"{algo}.cache"))
-        del proto, onnx
+        del proto
     if b.trt_calibrator:
         kind = b.trt_calibrator
         inputs = sample_shapes(calib_source, [n for n, _, _ in info.inputs])

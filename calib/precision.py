@@ -26,7 +26,7 @@ from pathlib import Path
 import onnx
 
 from calib.errors import CalibError
-from calib.placement import BACKBONES, FUSIBLE_ACT, WEIGHTED, place, residual_input
+from calib.placement import BACKBONES, FUSIBLE_ACT, WEIGHTED, place
 from calib.ties import Graph
 
 INT8, FP16, FP32 = "int8", "fp16", "fp32"

@@ -2,8 +2,6 @@
 import platform
 
 import numpy as np
-import onnx
-import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from conftest import _save, golden
