@@ -63,7 +63,8 @@ def size_warnings(evaluation: dict) -> list[str]:
 def _fmt(v: float | None, key: str = "") -> str:
     if v is None:
         return "-"
-    return f"{v:+.1f}" if key.endswith("_db") else f"{v:+.3f}"
+    s = f"{v:+.1f}" if key.endswith("_db") else f"{v:+.3f}"
+    return s[1:] if float(s) == 0 else s  # a difference that rounds to zero carries no sign
 
 
 def decide(evaluation: dict, candidates: list[str], fallback_score=None) -> dict:
@@ -97,9 +98,9 @@ def decide(evaluation: dict, candidates: list[str], fallback_score=None) -> dict
     if warnings:
         return {**d, "status": "too_small", "best": None,
                 "reason": f"the evaluation is too small to decide: {'; '.join(warnings)}. {ship} has the highest "
-                          f"{how}"}
+                          f"point estimate, {how}"}
     if comp is not None and comp.get("significant"):
         return {**d, "status": "best", "best": ship,
-                "reason": f"{ship} is better than the runner-up beyond noise: {how}"}
+                "reason": f"{ship} is better than the runner-up beyond noise, {how}"}
     return {**d, "status": "tie", "best": None,
             "reason": f"no significant difference between {ship} and {runner}: {how}"}

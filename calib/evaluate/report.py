@@ -118,6 +118,17 @@ def summary(evaluation: dict, candidates=None) -> dict:
             "worst_layers": worst}
 
 
+def ship_line(report: dict) -> str:
+    """The decision in one line, for the terminal: the cache to ship and how sure."""
+    d = report["summary"]["decision"]
+    ship = d["ship"]
+    how = {"best": f"better than {d.get('runner_up')} beyond noise", "only_one": "the only one evaluated",
+           "tie": "no significant difference from " + ", ".join(d.get("tied") or [d.get("runner_up") or "-"]),
+           "too_small": "provisionally: the evaluation is too small to decide",
+           "no_intervals": "the highest point estimate"}.get(d["status"], d["status"])
+    return f"ship {doc.shown_path(report.get('caches', {}).get(ship, ship + '.cache'))} ({ship}: {how})"
+
+
 def _png(fig) -> str:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=90, bbox_inches="tight", metadata={"Software": None})
@@ -258,7 +269,7 @@ def blocks(report: dict, layer_png: str | None = None, hist_pngs=()) -> list[tup
     calib_n = (report.get("calibration") or {}).get("samples")
     unit = "images" if s["task"] == "detection" else "samples"
     out = [("h1", f"calib report: {report['recipe']}")]
-    out += doc.ship_sentence(s, report.get("caches", {}))
+    out += doc.ship_sentence(s, report.get("caches", {}), bool(report.get("recipe_file")))
     out += [doc.results_table(s)]
     meta = (f"Model `{report['model']}` (sha256 {report['model_sha256'][:12]})"
             + (f", calibrated on {calib_n} samples" if isinstance(calib_n, int) else "")
