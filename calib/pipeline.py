@@ -59,6 +59,16 @@ def equalize_model(model_path: Path, source, stage: Path):
     return out, inspect_model(out), done
 
 
+def _deployed_file(deployed: Path, model_path: Path, plugins, equalized, out) -> Path:
+    """The model the report's deploy commands build, where it lies once the run is published: the whole model
+    for one with plugins (TensorRT loads them), the equalized model in the output folder, else the model."""
+    if plugins:
+        return deployed
+    if equalized is not None:
+        return Path(out) / Path(model_path).name
+    return Path(model_path)
+
+
 def check_backend(recipe: Recipe, model_path: Path | None = None) -> None:
     """What the backend needs, checked before the statistics pass: TensorRT importable, the recipe's engine
     settings consistent, its layer precision patterns naming layers of the model."""
@@ -191,7 +201,8 @@ def _run(recipe: Recipe, stage: Path, final: Path | None = None) -> None:
               "evaluation": {"samples": result["samples"], "configs": result["configs"]},
               "precision_model": {**pm.to_json(), "text": pm.describe()},
               "fp32_task": result.get("fp32_task"), "summary": summ, "qdq_model": qdq_name, "files": files,
-              "model_file": str(model_path), "out_dir": str(final or recipe.output),
+              "model_file": str(_deployed_file(deployed, model_path, plugins, equalized, final or recipe.output)),
+              "out_dir": str(final or recipe.output),
               "caches": {a: f"{final or recipe.output}/{a}.cache" for a in c.algorithms}}
     if equalized is not None:
         report["equalization"] = equalized
