@@ -143,9 +143,10 @@ def zoo_list():
     """List the models calib can fetch."""
     from calib.zoo import MODELS, model_path
 
+    w = [max(len(getattr(m, k)) for m in MODELS.values()) for k in ("name", "task", "package")]
     for m in MODELS.values():
         state = "fetched" if model_path(m.name).is_file() else "not fetched"
-        click.echo(f"{m.name:14s} {m.task:15s} {m.package:40s} {state}  {m.notes}")
+        click.echo(f"{m.name:{w[0]}s}  {m.task:{w[1]}s}  {m.package:{w[2]}s}  {state:11s}  {m.notes}")
 
 
 @zoo.command("fetch")

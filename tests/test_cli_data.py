@@ -145,8 +145,8 @@ def test_a_task_that_does_not_fit_the_outputs_is_refused(yolo_model, tiny_model,
     cache = tmp_path / "minmax.cache"
     r = invoke("evaluate", yolo_model, "--cache", cache, "--data", PHOTOS, "--task", "classification",
                "-o", tmp_path / "r1")
-    one_line_error(r, "--task classification needs one output of class scores [N, C]; its outputs are "
-                      "boxes [N, ?, 4], scores [N, ?, 80]; use --task detection")
+    one_line_error(r, f"{yolo_model}: --task classification needs one output of class scores [N, C]; its "
+                      "outputs are boxes [N, ?, 4], scores [N, ?, 80]; use --task detection")  # the file, not the graph
     r = invoke("evaluate", tiny_model, "--cache", cache, "--data", tiny_data, "--task", "detection",
                "-o", tmp_path / "r2")
     one_line_error(r, "its outputs are logits [N, 5]; use --task classification")
