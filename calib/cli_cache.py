@@ -45,10 +45,12 @@ def cache_inspect(file, model, ignore_hash, allow_unknown, as_json, ignore_sidec
         return
     click.echo(f"{c.header}  ({len(c.scales)} tensors)")
     if side:
-        click.echo(f"algorithm {side['algorithm']} {side.get('params', {})}, samples {side.get('samples')}, "
-                   f"model sha256 {side['model_sha256'][:12]}")
+        params = ", ".join(f"{k}={v}" for k, v in sorted((side.get("params") or {}).items()))
+        click.echo(f"algorithm {side['algorithm']}" + (f" ({params})" if params else "")
+                   + f", samples {side.get('samples')}, model sha256 {side['model_sha256'][:12]}")
+    click.echo(f"{'scale':12s}  {'amax':>11s}  tensor")
     for name, s in c.scales.items():
-        click.echo(f"{s:.6e}  amax {s * 127:.6g}  {name}")
+        click.echo(f"{s:.6e}  {s * 127:11.6g}  {name}")
 
 
 @cache.command("diff")

@@ -1,6 +1,7 @@
 """`calib run`: a whole recipe, from data to caches, Q/DQ model and report, written all-or-nothing."""
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from pathlib import Path
@@ -149,7 +150,7 @@ def _run(recipe: Recipe, stage: Path, final: Path | None = None) -> None:
         log.warning("%d unreadable images skipped", len(csrc.bad))
     amax, used, secs = compute_all(stats, info.activations, c.algorithms, _params(recipe), model=model_path)
     files = [model_path.name] if plugins else []
-    side_extra = {"recipe": Path(recipe.source).name, "preprocess": repr(recipe.preprocess)}
+    side_extra = {"recipe": Path(recipe.source).name, "preprocess": dataclasses.asdict(recipe.preprocess)}
     for algo in c.algorithms:
         p = cachefmt.write_cache(stage / f"{algo}.cache", amax[algo], c.trt_version, c.carrier)
         sc = cachefmt.Sidecar(algo, used[algo], amax[algo], info.sha256, fp, calib.__version__, c.trt_version,

@@ -51,6 +51,8 @@ def test_run_writes_everything_and_is_reproducible(recipe, tmp_path):
         assert (tmp_path / "again" / f"{a}.cache").read_bytes() == b
     rep = json.loads((out / "report.json").read_text())
     assert rep["calibration"]["samples"] == 6 and rep["summary"]["best"] in first
+    side = json.loads((out / "mse.json").read_text())  # the preprocessing as JSON, not a Python repr
+    assert side["extra"]["preprocess"]["resize"] == [8, 8] and side["extra"]["preprocess"]["mode"] == "exact"
     assert rep["evaluation"]["configs"]["minmax"]["task"]["agreement_top1"] > 0.5
 
 

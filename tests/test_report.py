@@ -70,7 +70,7 @@ def test_report_first_screen(tmp_path, tiny_model, tiny_data, layerwise):
     assert f"**Ship `{d['ship']}.cache`**" in first and "Warning: too small an evaluation" in first
     assert "Evaluate on more samples (a --data with more samples or a larger --limit" in first  # no recipe here
     assert "calibrated on 20 samples" in first  # from the caches' sidecars
-    assert f"ship {tmp_path / 'c' / (d['ship'] + '.cache')} ({d['ship']}: provisionally" in console[0]
+    assert f"ship {tmp_path / 'c' / (d['ship'] + '.cache')} ({d['ship']}): provisionally" in console[0]
     assert ("Per-layer figures below" in first) == layerwise
     assert "top-1 agreement with FP32 (95 % CI, n=20 samples)" in first and "| drop |" not in md
     deploy = md.split("## Deploy")[1].split("## ")[0]

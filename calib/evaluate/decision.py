@@ -49,14 +49,14 @@ def size_warnings(evaluation: dict) -> list[str]:
     n = evaluation.get("samples", 0)
     unit = "images" if evaluation.get("task") == "detection" else "samples"
     if n < MIN_SAMPLES:
-        out.append(f"only {n} evaluation {unit}, fewer than {MIN_SAMPLES}: too few to tell configurations apart")
+        out.append(f"only {n} evaluation {unit} (fewer than {MIN_SAMPLES}), too few to tell configurations apart")
     groups = (evaluation.get("bootstrap") or {}).get("groups")
     if groups is not None and groups < MIN_GROUPS:
-        out.append(f"the {n} evaluation {unit} come from only {groups} independent source photos, fewer than "
-                   f"{MIN_GROUPS}: too few to tell configurations apart")
+        out.append(f"the {n} evaluation {unit} come from only {groups} independent source photos (fewer than "
+                   f"{MIN_GROUPS}), too few to tell configurations apart")
     boxes = evaluation.get("fp32_boxes")
     if evaluation.get("task") == "detection" and boxes is not None and boxes < MIN_BOXES:
-        out.append(f"only {boxes} FP32 boxes, fewer than {MIN_BOXES}: mAP against them is too coarse to decide")
+        out.append(f"only {boxes} FP32 boxes (fewer than {MIN_BOXES}), too few for mAP against them to decide")
     return out
 
 

@@ -124,9 +124,9 @@ def ship_line(report: dict) -> str:
     ship = d["ship"]
     how = {"best": f"better than {d.get('runner_up')} beyond noise", "only_one": "the only one evaluated",
            "tie": "no significant difference from " + ", ".join(d.get("tied") or [d.get("runner_up") or "-"]),
-           "too_small": "provisionally: the evaluation is too small to decide",
+           "too_small": "provisionally, the evaluation is too small to decide",
            "no_intervals": "the highest point estimate"}.get(d["status"], d["status"])
-    return f"ship {doc.shown_path(report.get('caches', {}).get(ship, ship + '.cache'))} ({ship}: {how})"
+    return f"ship {doc.shown_path(report.get('caches', {}).get(ship, ship + '.cache'))} ({ship}): {how}"
 
 
 def _png(fig) -> str:

@@ -77,7 +77,7 @@ def ship_sentence(s: dict, caches: dict, from_recipe: bool = False) -> list[tupl
         return [("p", f"**Ship {cache}** ({ship}, the highest {label(d['metric'])}), but there is "
                       f"{reason}. {others} would do as well on this evaluation.")]
     if d["status"] == "too_small":
-        return [("p", f"**Ship {cache}** ({ship}) only provisionally: {reason}."),
+        return [("p", f"**Ship {cache}** ({ship}) only provisionally; {reason}."),
                 ("warn", f"Warning: too small an evaluation to choose between algorithms. Evaluate on more {unit} "
                  f"({more}) before relying on the choice.")]
     return [("p", f"**Ship {cache}** ({ship}): {reason}.")]
