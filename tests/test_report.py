@@ -79,7 +79,7 @@ def test_report_first_screen(tmp_path, tiny_model, tiny_data, layerwise):
     assert f"calib build {tiny_model} --cache {cache}" in deploy
     qdq = f"tiny.{d['ship']}.qdq.onnx"  # the Q/DQ path: the command that makes the model, then its engine
     assert f"calib cache convert {cache} --model {tiny_model} --to qdq -o {qdq}\ntrtexec --onnx={qdq} " in deploy
-    assert "calib sensitivity" in md and "equaliz" in md
+    assert "calib sensitivity" in md and "equaliz" in md and "`recipes/mobilenet_v2.yaml`" in md  # a classifier
     assert "{'" not in md and "{'" not in page  # no raw Python dicts
     for head in re.findall(r"^\| (.+) \|$", md, re.M)[:1]:
         for cell in head.split(" | "):

@@ -142,10 +142,13 @@ def next_steps(report: dict, s: dict) -> list[str]:
             items.append(f"`calib run {shlex.quote(recipe)} --set calibration.equalize=true`: cross-layer "
                          "equalization before calibration, for models whose per-channel ranges differ widely.")
     else:
+        example = {"detection": "`recipes/yolo.yaml` in calib's repository is one for a detector on a folder of "
+                                "photos", "embedding": "`recipes/minilm.yaml` in calib's repository is one for a "
+                                "sentence encoder on lines of text"}.get(
+            s["task"], "`recipes/mobilenet_v2.yaml` in calib's repository is one for a classifier on a folder of photos")
         items.append("`calib sensitivity RECIPE`: ranks the layers by their INT8 damage and finds the fewest to keep "
                      "in FP16 for an accuracy budget. A recipe is a YAML file naming the model, the calibration and "
-                     "evaluation data and the preprocessing (`recipes/yolo.yaml` in calib's repository is one for a "
-                     "detector on a folder of photos).")
+                     f"evaluation data and the preprocessing ({example}).")
         if s["worst_layers"].get(s["best"]):
             items.append("`calib evaluate ... --exclude LAYER`: the same comparison with a layer kept in float "
                          "(FP16 in the engine), e.g. a Conv of the worst layers below.")
@@ -153,8 +156,9 @@ def next_steps(report: dict, s: dict) -> list[str]:
                      "whose per-channel ranges differ widely; evaluate the `<model>.equalized.onnx` it writes with "
                      "its caches.")
     if s["decision"]["status"] in ("tie", "too_small"):
-        items.append("More evaluation images narrow the intervals: the comparison is decided by the paired "
-                     "difference, whose interval shrinks with the square root of the number of images.")
+        unit = "images" if s["task"] == "detection" else "samples"
+        items.append(f"More evaluation {unit} narrow the intervals: the comparison is decided by the paired "
+                     f"difference, whose interval shrinks with the square root of the number of {unit}.")
     return items
 
 
