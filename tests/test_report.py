@@ -162,3 +162,14 @@ def test_ship_sentence_reads_as_a_sentence():
     assert "(the recipe's evaluation_data)" in ship_sentence(s, {}, from_recipe=True)[1][1]
     assert "(a --data with more images or a larger --limit" in ship_sentence(s, {})[1][1]
     assert num(-1e-9) == "0.000" and num(-0.0004) == "0.000" and num(-0.0006) == "-0.001" and num(-1e-3, "x_db") == "0.0"
+
+
+def test_no_chart_text_below_9_points():
+    """Every size calib sets on a chart (report, histograms, the sensitivity curve) is at least 9 pt."""
+    from conftest import ROOT
+
+    sizes = {}
+    for f in (ROOT / "calib").rglob("*.py"):
+        for m in re.finditer(r"(?:fontsize|labelsize)=(\d+(?:\.\d+)?)", f.read_text()):
+            sizes[f"{f.name}:{m.start()}"] = float(m.group(1))
+    assert sizes and min(sizes.values()) >= 9, {k: v for k, v in sizes.items() if v < 9}
