@@ -138,7 +138,7 @@ def evaluate(model, caches, data_args, batch_size, task, ignore_hash, allow_unkn
     from calib.cachecheck import CacheChecks, load_checked
     from calib.evaluate.api import evaluate as run_eval
     from calib.evaluate.report import ship_line, summary, write_reports
-    from calib.evaluate.tasks import check_task
+    from calib.evaluate.tasks import check_task, detection_format, output_shapes
     from calib.model import inspect_model, load_model
     from calib.patterns import check_exclusions, excluded_layers
     from calib.pipeline import deployed_precision
@@ -148,6 +148,9 @@ def evaluate(model, caches, data_args, batch_size, task, ignore_hash, allow_unkn
 
     proto = load_model(model)
     found = check_task(proto, task, label=str(model))
+    if task == "outputs" and detection_format(output_shapes(proto)):
+        click.echo(f"note: {model} is a detector: --task detection adds mAP against FP32's boxes to the report; "
+                   "this one compares the outputs only", err=True)
     info = inspect_model(model, proto)
     ex = check_exclusions(proto, exclude, model)
     float_layers = excluded_layers(proto, ex)
