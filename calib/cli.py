@@ -38,6 +38,7 @@ def main(ctx, quiet, verbose):
 def run(ctx, recipe, out, overrides, quiet):
     """Run a whole RECIPE: calibrate, simulate INT8, compare with FP32, write caches and report."""
     from calib.evaluate.report import ship_line
+    from calib.evaluate.report_doc import shown_path
     from calib.pipeline import run_recipe
     from calib.progress import set_quiet
     from calib.recipe import load_recipe
@@ -47,7 +48,7 @@ def run(ctx, recipe, out, overrides, quiet):
     r = load_recipe(recipe, overrides)
     path = run_recipe(r, out, verbose=ctx.obj["verbose"])
     click.echo(ship_line(json.loads((Path(path) / "report.json").read_text())))
-    click.echo(f"wrote {Path(path) / 'report.html'}")
+    click.echo(f"wrote {shown_path(Path(path) / 'report.html')}")
 
 
 @main.command()

@@ -65,7 +65,7 @@ def test_deploy_commands_name_files_that_exist(recipe, tmp_path, monkeypatch):
     r = CliRunner().invoke(main, ["run", str(recipe), "--quiet", "--set", "calibration.equalize=true"])
     assert r.exit_code == 0, r.output
     rep = json.loads((tmp_path / "out" / "report.json").read_text())
-    assert f"ship out/{rep['summary']['best']}.cache" in r.output
+    assert f"ship out/{rep['summary']['best']}.cache" in r.output and "wrote out/report.html" in r.output
     block = (tmp_path / "out" / "report.md").read_text().split("## Deploy")[1].split("```sh\n")[1].split("```")[0]
     named = [a.split("=", 1)[-1] for ln in block.splitlines() if not ln.startswith("#") for a in shlex.split(ln)
              if a.endswith((".onnx", ".cache")) and not a.startswith("--saveEngine")]

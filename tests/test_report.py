@@ -173,3 +173,20 @@ def test_no_chart_text_below_9_points():
         for m in re.finditer(r"(?:fontsize|labelsize)=(\d+(?:\.\d+)?)", f.read_text()):
             sizes[f"{f.name}:{m.start()}"] = float(m.group(1))
     assert sizes and min(sizes.values()) >= 9, {k: v for k, v in sizes.items() if v < 9}
+
+
+def test_method_and_reference_text():
+    from calib.evaluate.report_doc import fp32_blocks, method_text
+
+    b = {"level": 0.95, "unit": "image", "resamples": 1000, "seed": 0, "resampled": "groups", "groups": 18}
+    det = method_text({"task": "detection", "bootstrap": b, "worst_layers": {}})
+    assert "over source photos (18 groups of dependent images, e.g. crops of one photo, resampled whole; 1000 " \
+           "resamples, seed 0)" in det and "McNemar" not in det and "Per-layer" not in det
+    cls = method_text({"task": "classification", "bootstrap": dict(b, unit="sample"), "worst_layers": {"a": [1]}})
+    assert "resampled whole; top-1 agreement compared with the clustered McNemar test; 1000 resamples" in cls
+    assert "Per-layer figures below" in cls
+    assert "over samples (1000 resamples, seed 0)" in method_text({"task": "classification", "worst_layers": {},
+                                                                   "bootstrap": dict(b, unit="sample", resampled=None)})
+    (_, items), = fp32_blocks({"fp32_task": {"vs_fp32": {"map50_95": 1.0}}},
+                              {"task": "detection", "fp32_boxes": 66, "conf_threshold": 0.25})
+    assert "its 66 boxes of confidence 0.25 or more are the reference of every 'vs FP32' figure" in items[0]

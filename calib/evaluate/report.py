@@ -113,7 +113,8 @@ def summary(evaluation: dict, candidates=None) -> dict:
     return {"task": task, "metric": metric, "metrics": _columns(rows, task, metric),
             "labels": {k: label(k) for r in rows.values() for k in r}, "rows": rows, "intervals": intervals,
             "fp32": evaluation.get("fp32_intervals") or {}, "n": evaluation.get("samples"),
-            "fp32_boxes": evaluation.get("fp32_boxes"), "paired": evaluation.get("paired") or [],
+            "fp32_boxes": evaluation.get("fp32_boxes"), "conf_threshold": evaluation.get("conf_threshold"),
+            "paired": evaluation.get("paired") or [],
             "bootstrap": evaluation.get("bootstrap"), "decision": decision, "best": decision["ship"],
             "worst_layers": worst}
 

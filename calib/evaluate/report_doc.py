@@ -207,9 +207,11 @@ def fp32_blocks(report: dict, s: dict) -> list[tuple]:
                                                                           else ""))
     fp = report.get("fp32_task") or {}
     if s["task"] == "detection" and fp.get("vs_fp32"):
+        thr = s.get("conf_threshold")
         out.append(f"FP32 scored against its own boxes (a check of the decoding, 1.0 expected): mAP50:95 "
-                   f"{num(fp['vs_fp32'].get('map50_95'))}; {s.get('fp32_boxes')} FP32 boxes at confidence "
-                   "threshold are the reference of every 'vs FP32' figure.")
+                   f"{num(fp['vs_fp32'].get('map50_95'))}; its {s.get('fp32_boxes')} boxes "
+                   + (f"of confidence {thr:g} or more " if thr is not None else "above the confidence threshold ")
+                   + "are the reference of every 'vs FP32' figure.")
     return [("list", out)] if out else []
 
 
@@ -218,11 +220,12 @@ def method_text(s: dict) -> str:
     layers = any(s.get("worst_layers", {}).values())
     if not b:
         return ""
-    over = f"{b['unit']}s"
+    over = f"{b['unit']}s ("
     if b.get("resampled") == "groups":
         over = (f"source photos ({b['groups']} groups of dependent {b['unit']}s, e.g. crops of one photo, "
-                f"resampled whole; top-1 agreement compared with the clustered McNemar test)")
-    return (f"Intervals: {int(b['level'] * 100)} % bootstrap percentile intervals over {over} ({b['resamples']} "
+                "resampled whole; " + ("top-1 agreement compared with the clustered McNemar test; "
+                                       if s.get("task") == "classification" else ""))
+    return (f"Intervals: {int(b['level'] * 100)} % bootstrap percentile intervals over {over}{b['resamples']} "
             f"resamples, seed {b['seed']}); every algorithm is resampled with the same draws, so differences are "
             "paired." + (" Per-layer figures below carry intervals made the same way." if layers else ""))
 
