@@ -190,3 +190,26 @@ def test_method_and_reference_text():
     (_, items), = fp32_blocks({"fp32_task": {"vs_fp32": {"map50_95": 1.0}}},
                               {"task": "detection", "fp32_boxes": 66, "conf_threshold": 0.25})
     assert "its 66 boxes of confidence 0.25 or more are the reference of every 'vs FP32' figure" in items[0]
+
+
+def test_per_layer_chart_by_tensor_name_without_infinite_points():
+    import matplotlib.pyplot as plt
+
+    from calib.evaluate.report import layer_figure
+
+    def layer(t, db):
+        return {"tensor": t, "op_type": "Conv", "sqnr_db": db}
+
+    ev = {"configs": {"minmax": {"layers": [layer("input", math.inf), layer("conv1", 30.0), layer("head", 12.5)]},
+                      "mse": {"layers": [layer("input", math.inf), layer("conv1", 33.0), layer("head", 15.0)]},
+                      "fp16": {"layers": []}}}
+    fig = layer_figure(ev, "mse")
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["input", "conv1", "head"]  # names, not numbers
+    lines = {ln.get_label(): ln for ln in ax.get_lines()}
+    assert set(lines) == {"minmax", "mse"}
+    assert list(lines["mse"].get_xdata()) == [33.0, 15.0] and list(lines["mse"].get_ydata()) == [1, 2]  # inf left out
+    assert ax.get_xlim()[1] < 40  # no point capped at a made-up ceiling
+    assert min(t.get_fontsize() for t in ax.get_legend().get_texts()) >= 9
+    plt.close(fig)
+    assert layer_figure({"configs": {"a": {"layers": []}}}) is None  # --no-layerwise: no chart

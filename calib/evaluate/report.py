@@ -149,6 +149,12 @@ def _pyplot():
 
 
 def layer_plot(evaluation: dict, focus: str | None = None) -> str | None:
+    """The per-layer chart (layer_figure) as base64 PNG; None when no configuration has per-layer figures."""
+    fig = layer_figure(evaluation, focus)
+    return None if fig is None else _png(fig)
+
+
+def layer_figure(evaluation: dict, focus: str | None = None):
     """Per-layer SQNR of each configuration, one row per tensor named on the axis (topological order); with
     many tensors, the MAX_LAYERS_PLOTTED lowest of `focus`. None when no configuration has per-layer figures."""
     configs = {n: e["layers"] for n, e in evaluation["configs"].items() if e.get("layers")}
@@ -176,7 +182,7 @@ def layer_plot(evaluation: dict, focus: str | None = None) -> str | None:
     ax.legend(fontsize=9, loc="best")
     more = f", the {len(names)} lowest of {len(ref)} for {focus}" if len(names) < len(ref) else ""
     ax.set_title(f"Per-tensor SQNR of the INT8 simulation (topological order{more})", fontsize=11)
-    return _png(fig)
+    return fig
 
 
 def histogram_plots(stats, amax: dict, tensors: list[str]) -> list[tuple[str, str]]:
