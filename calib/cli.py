@@ -127,9 +127,9 @@ def calibrate(model, data_args, algo, batch_size, percentile, trt_version, carri
 @click.option("--layerwise/--no-layerwise", default=True, show_default=True, help="Compare every tensor.")
 @_cache_checks
 @click.option("--deploy", type=click.Choice(["implicit", "qdq"]), default="implicit", show_default=True,
-              help="simulate the build that will be deployed: implicit INT8 from the cache, or the Q/DQ model")
+              help="The build to simulate (the one to deploy): implicit INT8 from the cache, or the Q/DQ model.")
 @click.option("--engine-layers", type=click.Path(exists=True, dir_okay=False),
-              help="an engine's JSON sidecar or inspector JSON: simulate what that engine runs in INT8/FP16/FP32")
+              help="An engine's JSON sidecar or inspector JSON: simulate what that engine runs in INT8/FP16/FP32.")
 @click.option("--out", "-o", required=True, type=click.Path(file_okay=False))
 @_handled
 @with_data

@@ -88,12 +88,14 @@ def cache_diff(a, b, top, ignore_sidecar):
 
 @cache.command("convert")
 @click.argument("file", type=click.Path(dir_okay=False))
-@click.option("--model", required=True, type=click.Path(dir_okay=False))
+@click.option("--model", required=True, type=click.Path(dir_okay=False), help="The ONNX model the cache is for.")
 @click.option("--to", "fmt", required=True, type=click.Choice(["qdq", "cache"]),
               help="qdq: a Q/DQ ONNX model; cache: rewrite the cache under another header.")
-@click.option("--carrier", default="EntropyCalibration2", show_default=True)
-@click.option("--trt-version", default=None, help="Header digits (default: keep).")
-@click.option("--exclude", multiple=True, help="Keep in float: node/output name glob or op:<OpType>.")
+@click.option("--carrier", default="EntropyCalibration2", show_default=True,
+              help="--to cache: the calibrator class named in the header (the class that will read it).")
+@click.option("--trt-version", default=None, help="--to cache: header digits (default: keep).")
+@click.option("--exclude", multiple=True,
+              help="Q/DQ: keep in float (node/output name glob or op:<OpType>); repeatable.")
 @click.option("--ignore-hash", is_flag=True, help="Use a cache whose sidecar names another model.")
 @click.option("--allow-unknown", is_flag=True, help="Use a cache naming tensors the model lacks (ignored).")
 @click.option("--int8-weights", is_flag=True, help="Q/DQ: store weights as INT8 initializers (4x smaller file).")
