@@ -213,3 +213,4 @@ def test_per_layer_chart_by_tensor_name_without_infinite_points():
     assert min(t.get_fontsize() for t in ax.get_legend().get_texts()) >= 9
     plt.close(fig)
     assert layer_figure({"configs": {"a": {"layers": []}}}) is None  # --no-layerwise: no chart
+    assert layer_figure({"configs": {"a": {"layers": [layer("x", math.nan), layer("y", math.inf)]}}}) is None

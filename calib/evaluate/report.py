@@ -158,8 +158,12 @@ def layer_figure(evaluation: dict, focus: str | None = None):
     """Per-layer SQNR of each configuration, one row per tensor named on the axis (topological order); with
     many tensors, the MAX_LAYERS_PLOTTED lowest of `focus`. None when no configuration has per-layer figures."""
     configs = {n: e["layers"] for n, e in evaluation["configs"].items() if e.get("layers")}
-    if not configs:
-        return None
+
+    def drawn(layer) -> bool:
+        return layer["sqnr_db"] is not None and math.isfinite(layer["sqnr_db"])
+
+    if not any(drawn(l) for layers in configs.values() for l in layers):
+        return None  # no per-layer figures, or none finite (all identical to FP32, or NaN): no empty chart
     ref = configs.get(focus) or next(iter(configs.values()))
     names = [l["tensor"] for l in ref]
     if len(names) > MAX_LAYERS_PLOTTED:
@@ -169,7 +173,7 @@ def layer_figure(evaluation: dict, focus: str | None = None):
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(9, max(3.0, 0.2 * len(names) + 1.2)))
     for name, layers in configs.items():
-        pts = [(l["sqnr_db"], pos[l["tensor"]]) for l in layers if l["tensor"] in pos and math.isfinite(l["sqnr_db"])]
+        pts = [(l["sqnr_db"], pos[l["tensor"]]) for l in layers if l["tensor"] in pos and drawn(l)]
         if pts:
             x, y = zip(*pts)
             ax.plot(x, y, marker="o", ms=3, lw=1.0, label=name)
