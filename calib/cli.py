@@ -38,6 +38,8 @@ def main(ctx, quiet, verbose):
 @_handled
 def run(ctx, recipe, out, overrides, quiet):
     """Run a whole RECIPE: calibrate, simulate INT8, compare with FP32, write caches and report."""
+    from calib.evaluate.report import ship_line
+    from calib.evaluate.report_doc import shown_path
     from calib.pipeline import run_recipe
     from calib.progress import set_quiet
     from calib.recipe import load_recipe
@@ -46,7 +48,8 @@ def run(ctx, recipe, out, overrides, quiet):
         set_quiet(True)
     r = load_recipe(recipe, overrides)
     path = run_recipe(r, out, verbose=ctx.obj["verbose"])
-    click.echo(f"wrote {path}/report.html")
+    click.echo(ship_line(json.loads((Path(path) / "report.json").read_text())))
+    click.echo(f"wrote {shown_path(Path(path) / 'report.html')}")
 
 
 @main.command()
@@ -62,7 +65,7 @@ def sensitivity(ctx, recipe, out, overrides):
 
     r = load_recipe(recipe, overrides)
     path = run_sensitivity(r, out, verbose=ctx.obj["verbose"])
-    click.echo(f"wrote {path}/sensitivity.md")
+    click.echo(f"wrote {Path(path) / 'sensitivity.md'}")
 
 
 @main.command()
@@ -97,7 +100,7 @@ def calibrate(model, data_args, algo, batch_size, percentile, trt_version, carri
                           "none", out, trt_version, carrier, skip_nonfinite=skip_nonfinite, equalize=equalize,
                           give_back=False)  # the process ends after writing the caches
     if res.equalized:
-        click.echo(f"{out}/{res.equalized['file']}  ({res.equalized['equalized']} of {res.equalized['pairs']} "
+        click.echo(f"{Path(out) / res.equalized['file']}  ({res.equalized['equalized']} of {res.equalized['pairs']} "
                    "Conv pairs equalized)")
     if res.left_out:
         click.echo(f"left out {len(res.left_out)} samples holding NaN or Inf", err=True)
@@ -105,7 +108,7 @@ def calibrate(model, data_args, algo, batch_size, percentile, trt_version, carri
     if skipped:
         click.echo(f"{len(skipped)} unreadable images skipped", err=True)
     for a in algos:
-        click.echo(f"{out}/{a}.cache  ({len(res.amax[a])} tensors)")
+        click.echo(f"{Path(out) / (a + '.cache')}  ({len(res.amax[a])} tensors)")
 
 
 @main.command()
@@ -126,9 +129,9 @@ def calibrate(model, data_args, algo, batch_size, percentile, trt_version, carri
 @click.option("--layerwise/--no-layerwise", default=True, show_default=True, help="Compare every tensor.")
 @_cache_checks
 @click.option("--deploy", type=click.Choice(["implicit", "qdq"]), default="implicit", show_default=True,
-              help="simulate the build that will be deployed: implicit INT8 from the cache, or the Q/DQ model")
+              help="The build to simulate (the one to deploy): implicit INT8 from the cache, or the Q/DQ model.")
 @click.option("--engine-layers", type=click.Path(exists=True, dir_okay=False),
-              help="an engine's JSON sidecar or inspector JSON: simulate what that engine runs in INT8/FP16/FP32")
+              help="An engine's JSON sidecar or inspector JSON: simulate what that engine runs in INT8/FP16/FP32.")
 @click.option("--out", "-o", required=True, type=click.Path(file_okay=False))
 @_handled
 @with_data
@@ -137,39 +140,47 @@ def evaluate(model, caches, data_args, batch_size, task, ignore_hash, allow_unkn
     """Compare MODEL in FP32 with its INT8 simulation under each --cache; write a report to OUT."""
     from calib.cachecheck import CacheChecks, load_checked
     from calib.evaluate.api import evaluate as run_eval
-    from calib.evaluate.report import summary, write_reports
-    from calib.evaluate.tasks import check_task
+    from calib.evaluate.report import ship_line, summary, write_reports
+    from calib.evaluate.tasks import check_task, detection_format, output_shapes
     from calib.model import inspect_model, load_model
-    from calib.patterns import check_exclusions
+    from calib.patterns import check_exclusions, excluded_layers
     from calib.pipeline import deployed_precision
     from calib.publish import publish
     from calib.recipe import DetectionSpec
     from calib.stats import HistogramCollector
 
     proto = load_model(model)
-    found = check_task(proto, task)
+    found = check_task(proto, task, label=str(model))
+    if task == "outputs" and detection_format(output_shapes(proto)):
+        click.echo(f"note: {model} is a detector: --task detection adds mAP against FP32's boxes to the report; "
+                   "this one compares the outputs only", err=True)
     info = inspect_model(model, proto)
     ex = check_exclusions(proto, exclude, model)
+    float_layers = excluded_layers(proto, ex)
     del proto
     checks = CacheChecks(ignore_hash, allow_unknown, ignore_sidecar, allow_partial)
-    configs = {}
+    configs, calib_samples = {}, set()
     for c in caches:
-        cf, _ = load_checked(c, info, checks, ex)
+        cf, side = load_checked(c, info, checks, ex)
         name = Path(c).stem
         configs[name if name not in configs else c] = cf.amaxes()
+        calib_samples.add((side or {}).get("samples"))
     src = make_cli_source(data_args, info, batch_size)
     detection = DetectionSpec(format=found) if found else DetectionSpec()
     pm = deployed_precision(model, deploy, engine_layers, "--engine-layers")
     res = run_eval(model, configs, src, task, detection, exclude={n: ex for n in configs}, layerwise=layerwise,
                    precision={n: pm for n in configs})
     report = {"recipe": Path(model).stem, "model": str(model), "model_sha256": info.sha256,
-              "calibration": {"samples": "-"}, "evaluation": {"samples": res["samples"], "configs": res["configs"]},
+              "calibration": {"samples": calib_samples.pop() if len(calib_samples) == 1 else None},
+              "evaluation": {"samples": res["samples"], "configs": res["configs"]},
+              "exclude": list(exclude), "float_layers": float_layers,
               "precision_model": {**pm.to_json(), "text": pm.describe()},
               "fp32_task": res.get("fp32_task"), "summary": summary(res),
               "files": ["report.json", "report.md", "report.html"], "model_file": str(model),
               "caches": {name: str(c) for name, c in zip(configs, caches)}, "out_dir": str(out)}
     publish(out, lambda stage: write_reports(stage, report, HistogramCollector(), {}), "evaluate")
-    click.echo(f"wrote {out}/report.html")
+    click.echo(ship_line(report))
+    click.echo(f"wrote {Path(out) / 'report.html'}")
 
 
 def _shapes(items) -> tuple:

@@ -45,10 +45,12 @@ def cache_inspect(file, model, ignore_hash, allow_unknown, as_json, ignore_sidec
         return
     click.echo(f"{c.header}  ({len(c.scales)} tensors)")
     if side:
-        click.echo(f"algorithm {side['algorithm']} {side.get('params', {})}, samples {side.get('samples')}, "
-                   f"model sha256 {side['model_sha256'][:12]}")
+        params = ", ".join(f"{k}={v}" for k, v in sorted((side.get("params") or {}).items()))
+        click.echo(f"algorithm {side['algorithm']}" + (f" ({params})" if params else "")
+                   + f", samples {side.get('samples')}, model sha256 {side['model_sha256'][:12]}")
+    click.echo(f"{'scale':12s}  {'amax':>11s}  tensor")
     for name, s in c.scales.items():
-        click.echo(f"{s:.6e}  amax {s * 127:.6g}  {name}")
+        click.echo(f"{s:.6e}  {s * 127:11.6g}  {name}")
 
 
 @cache.command("diff")
@@ -86,12 +88,14 @@ def cache_diff(a, b, top, ignore_sidecar):
 
 @cache.command("convert")
 @click.argument("file", type=click.Path(dir_okay=False))
-@click.option("--model", required=True, type=click.Path(dir_okay=False))
+@click.option("--model", required=True, type=click.Path(dir_okay=False), help="The ONNX model the cache is for.")
 @click.option("--to", "fmt", required=True, type=click.Choice(["qdq", "cache"]),
               help="qdq: a Q/DQ ONNX model; cache: rewrite the cache under another header.")
-@click.option("--carrier", default="EntropyCalibration2", show_default=True)
-@click.option("--trt-version", default=None, help="Header digits (default: keep).")
-@click.option("--exclude", multiple=True, help="Keep in float: node/output name glob or op:<OpType>.")
+@click.option("--carrier", default="EntropyCalibration2", show_default=True,
+              help="--to cache: the calibrator class named in the header (the class that will read it).")
+@click.option("--trt-version", default=None, help="--to cache: header digits (default: keep).")
+@click.option("--exclude", multiple=True,
+              help="Q/DQ: keep in float (node/output name glob or op:<OpType>); repeatable.")
 @click.option("--ignore-hash", is_flag=True, help="Use a cache whose sidecar names another model.")
 @click.option("--allow-unknown", is_flag=True, help="Use a cache naming tensors the model lacks (ignored).")
 @click.option("--int8-weights", is_flag=True, help="Q/DQ: store weights as INT8 initializers (4x smaller file).")
@@ -143,9 +147,10 @@ def zoo_list():
     """List the models calib can fetch."""
     from calib.zoo import MODELS, model_path
 
+    w = [max(len(getattr(m, k)) for m in MODELS.values()) for k in ("name", "task", "package")]
     for m in MODELS.values():
         state = "fetched" if model_path(m.name).is_file() else "not fetched"
-        click.echo(f"{m.name:14s} {m.task:15s} {m.package:40s} {state}  {m.notes}")
+        click.echo(f"{m.name:{w[0]}s}  {m.task:{w[1]}s}  {m.package:{w[2]}s}  {state:11s}  {m.notes}")
 
 
 @zoo.command("fetch")

@@ -25,7 +25,8 @@ def data_options(required: bool = True, help_data: str | None = None):
     """The --data option and the preprocessing options, as one decorator."""
     opts = [
         click.option("--data", required=required, type=click.Path(),
-                     help=help_data or ".npy/.npz array, image folder, YOLO folder (images/ + labels/) or COCO json."),
+                     help=help_data or (".npy/.npz array, image folder, YOLO folder (images/ + labels/), COCO json or "
+                           ".txt of text lines (with --tokenizer).")),
         click.option("--images", type=click.Path(file_okay=False),
                      help="With a COCO json: the folder of its images (default: beside it, or images/)."),
         click.option("--preprocess", default=None, type=click.Choice(["none", "unit", "imagenet"]),

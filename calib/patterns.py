@@ -92,6 +92,16 @@ def check_exclusions(model: onnx.ModelProto, patterns: Iterable[str], label: str
     return excluded_from(patterns)
 
 
+def excluded_layers(model: onnx.ModelProto, exclude) -> list[str]:
+    """Names of the nodes that `exclude` (calib.qdq.Exclusions) keeps in float although the Q/DQ placement
+    quantizes an input of theirs: the layers to ask TensorRT for in FP16 (as TensorRT names a layer after its
+    node)."""
+    from calib.qdq import quantized_inputs
+
+    placed = {i for i, _, _ in quantized_inputs(model)}
+    return [n.name for i, n in enumerate(model.graph.node) if i in placed and n.name and exclude.excludes(n)]
+
+
 def layer_pattern_matches(model: onnx.ModelProto, pattern: str) -> int | None:
     """How many nodes of `model` a --layer-precision PATTERN names (None: a TensorRT layer type, which only the
     builder can check)."""

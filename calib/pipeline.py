@@ -1,6 +1,7 @@
 """`calib run`: a whole recipe, from data to caches, Q/DQ model and report, written all-or-nothing."""
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from pathlib import Path
@@ -57,6 +58,16 @@ def equalize_model(model_path: Path, source, stage: Path):
     log.info("equalized %d of %d Conv pairs (largest channel gain %.1f, FP32 outputs moved %.1g of their range)",
              done["equalized"], done["pairs"], done["max_gain"], done["fp32_max_rel_change"])
     return out, inspect_model(out), done
+
+
+def _deployed_file(deployed: Path, model_path: Path, plugins, equalized, out) -> Path:
+    """The model the report's deploy commands build, where it lies once the run is published: the whole model
+    for one with plugins (TensorRT loads them), the equalized model in the output folder, else the model."""
+    if plugins:
+        return deployed
+    if equalized is not None:
+        return Path(out) / Path(model_path).name
+    return Path(model_path)
 
 
 def check_backend(recipe: Recipe, model_path: Path | None = None) -> None:
@@ -139,7 +150,7 @@ def _run(recipe: Recipe, stage: Path, final: Path | None = None) -> None:
         log.warning("%d unreadable images skipped", len(csrc.bad))
     amax, used, secs = compute_all(stats, info.activations, c.algorithms, _params(recipe), model=model_path)
     files = [model_path.name] if plugins else []
-    side_extra = {"recipe": Path(recipe.source).name, "preprocess": repr(recipe.preprocess)}
+    side_extra = {"recipe": Path(recipe.source).name, "preprocess": dataclasses.asdict(recipe.preprocess)}
     for algo in c.algorithms:
         p = cachefmt.write_cache(stage / f"{algo}.cache", amax[algo], c.trt_version, c.carrier)
         sc = cachefmt.Sidecar(algo, used[algo], amax[algo], info.sha256, fp, calib.__version__, c.trt_version,
@@ -191,7 +202,8 @@ def _run(recipe: Recipe, stage: Path, final: Path | None = None) -> None:
               "evaluation": {"samples": result["samples"], "configs": result["configs"]},
               "precision_model": {**pm.to_json(), "text": pm.describe()},
               "fp32_task": result.get("fp32_task"), "summary": summ, "qdq_model": qdq_name, "files": files,
-              "model_file": str(model_path), "out_dir": str(final or recipe.output),
+              "model_file": str(_deployed_file(deployed, model_path, plugins, equalized, final or recipe.output)),
+              "out_dir": str(final or recipe.output),
               "caches": {a: f"{final or recipe.output}/{a}.cache" for a in c.algorithms}}
     if equalized is not None:
         report["equalization"] = equalized

@@ -40,10 +40,11 @@ def _chart(curve, fp32: float, target: float, metric: str) -> str:
     if fp32 < 1e9:
         ax.axhline(fp32, color="k", lw=1, label="FP32")
     ax.axhline(target, color="tab:red", ls="--", lw=1, label="budget")
-    ax.set_xlabel("layers kept in higher precision")
-    ax.set_ylabel(metric)
+    ax.set_xlabel("layers kept in higher precision", fontsize=10)
+    ax.set_ylabel(metric, fontsize=10)
+    ax.tick_params(labelsize=9)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=9)  # the report's charts' sizes: nothing below 9 pt
     return _png(fig)
 
 

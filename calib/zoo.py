@@ -137,10 +137,11 @@ def _mobilenet_v2(weights: Path):
     net = tvm.mobilenet_v2()
     net.load_state_dict(torch.load(weights, map_location="cpu", weights_only=True))
     net.eval()
-    buf = Path(tempfile.mkdtemp()) / "m.onnx"
-    torch.onnx.export(net, torch.zeros(1, 3, 224, 224), str(buf), input_names=["input"], output_names=["logits"],
-                      dynamic_axes={"input": {0: "b"}, "logits": {0: "b"}}, opset_version=13, dynamo=False)
-    return buf.read_bytes()
+    with tempfile.TemporaryDirectory() as tmp:
+        buf = Path(tmp) / "m.onnx"
+        torch.onnx.export(net, torch.zeros(1, 3, 224, 224), str(buf), input_names=["input"], output_names=["logits"],
+                          dynamic_axes={"input": {0: "b"}, "logits": {0: "b"}}, opset_version=13, dynamo=False)
+        return buf.read_bytes()
 
 
 def fetch(name: str, root: Path | None = None) -> Path:
@@ -150,6 +151,11 @@ def fetch(name: str, root: Path | None = None) -> Path:
     target = model_path(name, root)
     if target.is_file():
         return target
+    if spec.kind == "torchvision":  # a missing extra is said before the download, not after it
+        from calib.errors import require
+
+        require("torch", "torch")
+        require("torchvision", "torch")
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)

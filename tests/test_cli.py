@@ -66,6 +66,7 @@ def test_cache_inspect_diff_convert(tiny_model, tiny_data, tmp_path):
     assert invoke("calibrate", tiny_model, "--data", tiny_data, "--out", tmp_path).exit_code == 0
     r = invoke("cache", "inspect", tmp_path / "entropy.cache", "--model", tiny_model)
     assert r.exit_code == 0 and "TRT-8600-EntropyCalibration2  (9 tensors)" in r.output and "algorithm entropy" in r.output
+    assert "algorithm entropy (" in r.output and "num_bins=2048" in r.output and "{" not in r.output  # no raw dict
     r = invoke("cache", "diff", tmp_path / "minmax.cache", tmp_path / "entropy.cache")
     assert r.exit_code == 0 and "9 in both" in r.output
     r = invoke("cache", "convert", tmp_path / "minmax.cache", "--model", tiny_model, "--to", "qdq", "-o",

@@ -145,8 +145,8 @@ def test_a_task_that_does_not_fit_the_outputs_is_refused(yolo_model, tiny_model,
     cache = tmp_path / "minmax.cache"
     r = invoke("evaluate", yolo_model, "--cache", cache, "--data", PHOTOS, "--task", "classification",
                "-o", tmp_path / "r1")
-    one_line_error(r, "--task classification needs one output of class scores [N, C]; its outputs are "
-                      "boxes [N, ?, 4], scores [N, ?, 80]; use --task detection")
+    one_line_error(r, f"{yolo_model}: --task classification needs one output of class scores [N, C]; its "
+                      "outputs are boxes [N, ?, 4], scores [N, ?, 80]; use --task detection")  # the file, not the graph
     r = invoke("evaluate", tiny_model, "--cache", cache, "--data", tiny_data, "--task", "detection",
                "-o", tmp_path / "r2")
     one_line_error(r, "its outputs are logits [N, 5]; use --task classification")
@@ -179,3 +179,15 @@ def test_build_calibrates_on_an_image_folder_with_the_standin(tmp_path):
                   "--precision", "int8", "--batch-size", "4", "-o", eng)
     assert r.returncode == 0, r.stderr
     assert read_cache(tmp_path / "cnn.cache").amax("input") == pytest.approx((1 - 0.406) / 0.225, rel=0.05)
+
+
+def test_evaluate_says_when_a_detector_is_compared_on_its_outputs_only(yolo_model, tmp_path):
+    imgs = photos(tmp_path / "imgs", ("astronaut", "chelsea"))
+    r = invoke("calibrate", yolo_model, "--data", imgs, "--letterbox", "--algo", "minmax", "-o", tmp_path / "c")
+    assert r.exit_code == 0, r.output
+    args = ["evaluate", yolo_model, "--cache", tmp_path / "c" / "minmax.cache", "--data", imgs, "--letterbox",
+            "--no-layerwise"]
+    r = invoke(*args, "-o", tmp_path / "r1")
+    assert r.exit_code == 0 and f"note: {yolo_model} is a detector: --task detection adds mAP" in r.output, r.output
+    r = invoke(*args, "--task", "detection", "-o", tmp_path / "r2")
+    assert r.exit_code == 0 and "note:" not in r.output, r.output

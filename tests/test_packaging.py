@@ -32,3 +32,20 @@ def test_missing_module_names_an_installable_command():
         require("calib_no_such_module", "torch")
     msg = str(e.value)
     assert install_hint("torch") in msg and "'torch>=2.1' 'torchvision>=0.16'" in msg and "calib[" not in msg
+
+
+def test_a_zoo_model_needing_torch_says_so_before_downloading(tmp_path, monkeypatch):
+    import importlib.util
+
+    from calib import zoo
+
+    if importlib.util.find_spec("torch") is not None:
+        pytest.skip("torch is installed here")
+
+    def no_download(*a):
+        raise AssertionError("downloaded before the missing extra was said")
+
+    monkeypatch.setattr(zoo, "_download", no_download)
+    with pytest.raises(MissingExtraError, match=r"torch is not installed: pip install 'torch>=2.1'"):
+        zoo.fetch("mobilenet_v2", tmp_path)
+    assert not any(tmp_path.iterdir())

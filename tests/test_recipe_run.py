@@ -51,7 +51,43 @@ def test_run_writes_everything_and_is_reproducible(recipe, tmp_path):
         assert (tmp_path / "again" / f"{a}.cache").read_bytes() == b
     rep = json.loads((out / "report.json").read_text())
     assert rep["calibration"]["samples"] == 6 and rep["summary"]["best"] in first
+    side = json.loads((out / "mse.json").read_text())  # the preprocessing as JSON, not a Python repr
+    assert side["extra"]["preprocess"]["resize"] == [8, 8] and side["extra"]["preprocess"]["mode"] == "exact"
     assert rep["evaluation"]["configs"]["minmax"]["task"]["agreement_top1"] > 0.5
+
+
+def test_deploy_commands_name_files_that_exist(recipe, tmp_path, monkeypatch):
+    """With equalization the caches are for the equalized model: the report's commands build that file, where it
+    lies once the run is published (not in the staging folder it was written to), and the Q/DQ model the run wrote."""
+    import shlex
+
+    monkeypatch.chdir(tmp_path)
+    r = CliRunner().invoke(main, ["run", str(recipe), "--quiet", "--set", "calibration.equalize=true"])
+    assert r.exit_code == 0, r.output
+    rep = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert f"ship out/{rep['summary']['best']}.cache" in r.output and "wrote out/report.html" in r.output
+    block = (tmp_path / "out" / "report.md").read_text().split("## Deploy")[1].split("```sh\n")[1].split("```")[0]
+    named = [a.split("=", 1)[-1] for ln in block.splitlines() if not ln.startswith("#") for a in shlex.split(ln)
+             if a.endswith((".onnx", ".cache")) and not a.startswith("--saveEngine")]
+    assert "--onnx=out/tiny.equalized.onnx" in block and "--onnx=out/tiny.equalized." + rep["summary"]["best"] in block
+    assert len(named) == 5 and all((tmp_path / p).is_file() for p in named), named
+
+
+def test_a_limit_past_the_samples_is_said(tmp_path, caplog, monkeypatch):
+    import logging
+
+    from calib.data.sources import picked
+    from calib.recipe import DataSpec
+
+    monkeypatch.setattr(logging.getLogger("calib"), "propagate", True)  # the CLI's set-up stops it
+
+    with caplog.at_level("WARNING", logger="calib"):
+        assert len(picked(DataSpec(kind="folder", path="imgs", limit=32, offset=60), list(range(68)))) == 8
+    assert "imgs: limit 32 asks for more samples than the 8 left after offset 60; using 8" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="calib"):
+        assert len(picked(DataSpec(kind="folder", path="imgs", limit=8, offset=60), list(range(68)))) == 8
+    assert caplog.text == ""
 
 
 def test_set_overrides(recipe, tmp_path):

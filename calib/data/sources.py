@@ -82,6 +82,10 @@ def picked(spec: DataSpec, samples: list) -> list:
                         f"limit {spec.limit})")
     if spec.offset >= len(samples):
         raise DataError(f"{spec.path}: offset {spec.offset} skips all {len(samples)} samples")
+    left = len(samples) - spec.offset
+    if spec.limit is not None and spec.limit > left:
+        log.warning("%s: limit %d asks for more samples than the %d %s; using %d", spec.path, spec.limit, left,
+                    f"left after offset {spec.offset}" if spec.offset else "there are", left)
     return subset(samples, spec.limit, spec.seed, spec.offset)
 
 

@@ -116,6 +116,7 @@ def evaluate(model, caches: dict, source, task: str = "outputs", detection: Dete
     if det_res is not None:
         result["fp32_task"] = det_res["fp32"]
         result["fp32_boxes"] = det_res["fp32_boxes"]
+        result["conf_threshold"] = detection.conf_threshold  # what makes a box a reference box
     _intervals(result, names, task, info.outputs, comps, cls, det, groups, labelled_groups)
     return result
 

@@ -49,21 +49,22 @@ def size_warnings(evaluation: dict) -> list[str]:
     n = evaluation.get("samples", 0)
     unit = "images" if evaluation.get("task") == "detection" else "samples"
     if n < MIN_SAMPLES:
-        out.append(f"only {n} evaluation {unit}, fewer than {MIN_SAMPLES}: too few to tell configurations apart")
+        out.append(f"only {n} evaluation {unit} (fewer than {MIN_SAMPLES}), too few to tell configurations apart")
     groups = (evaluation.get("bootstrap") or {}).get("groups")
     if groups is not None and groups < MIN_GROUPS:
-        out.append(f"the {n} evaluation {unit} come from only {groups} independent source photos, fewer than "
-                   f"{MIN_GROUPS}: too few to tell configurations apart")
+        out.append(f"the {n} evaluation {unit} come from only {groups} independent source photos (fewer than "
+                   f"{MIN_GROUPS}), too few to tell configurations apart")
     boxes = evaluation.get("fp32_boxes")
     if evaluation.get("task") == "detection" and boxes is not None and boxes < MIN_BOXES:
-        out.append(f"only {boxes} FP32 boxes, fewer than {MIN_BOXES}: mAP against them is too coarse to decide")
+        out.append(f"only {boxes} FP32 boxes (fewer than {MIN_BOXES}), too few for mAP against them to decide")
     return out
 
 
 def _fmt(v: float | None, key: str = "") -> str:
     if v is None:
         return "-"
-    return f"{v:+.1f}" if key.endswith("_db") else f"{v:+.3f}"
+    s = f"{v:+.1f}" if key.endswith("_db") else f"{v:+.3f}"
+    return s[1:] if float(s) == 0 else s  # a difference that rounds to zero carries no sign
 
 
 def decide(evaluation: dict, candidates: list[str], fallback_score=None) -> dict:
@@ -97,9 +98,9 @@ def decide(evaluation: dict, candidates: list[str], fallback_score=None) -> dict
     if warnings:
         return {**d, "status": "too_small", "best": None,
                 "reason": f"the evaluation is too small to decide: {'; '.join(warnings)}. {ship} has the highest "
-                          f"{how}"}
+                          f"point estimate, {how}"}
     if comp is not None and comp.get("significant"):
         return {**d, "status": "best", "best": ship,
-                "reason": f"{ship} is better than the runner-up beyond noise: {how}"}
+                "reason": f"{ship} is better than the runner-up beyond noise, {how}"}
     return {**d, "status": "tie", "best": None,
             "reason": f"no significant difference between {ship} and {runner}: {how}"}

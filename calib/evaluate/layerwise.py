@@ -81,7 +81,7 @@ class Simulator:
         exclude, precision = exclude or {}, precision or {}
         for name, amax in configs.items():
             q = simulated_model(proto, amax, precision.get(name), exclude.get(name, Exclusions()))
-            log.info("%s: %d Q/DQ pairs", name, count_qdq(q))
+            log.info("%s: INT8 simulation with %d Q/DQ pairs", name, count_qdq(q))
             self.tests[name] = OrtRunner(q, expose=expose, spin=False, lean=True, label=f"{model_path} ({name})")
             del q
             release()

@@ -113,9 +113,21 @@ def summary(evaluation: dict, candidates=None) -> dict:
     return {"task": task, "metric": metric, "metrics": _columns(rows, task, metric),
             "labels": {k: label(k) for r in rows.values() for k in r}, "rows": rows, "intervals": intervals,
             "fp32": evaluation.get("fp32_intervals") or {}, "n": evaluation.get("samples"),
-            "fp32_boxes": evaluation.get("fp32_boxes"), "paired": evaluation.get("paired") or [],
+            "fp32_boxes": evaluation.get("fp32_boxes"), "conf_threshold": evaluation.get("conf_threshold"),
+            "paired": evaluation.get("paired") or [],
             "bootstrap": evaluation.get("bootstrap"), "decision": decision, "best": decision["ship"],
             "worst_layers": worst}
+
+
+def ship_line(report: dict) -> str:
+    """The decision in one line, for the terminal: the cache to ship and how sure."""
+    d = report["summary"]["decision"]
+    ship = d["ship"]
+    how = {"best": f"better than {d.get('runner_up')} beyond noise", "only_one": "the only one evaluated",
+           "tie": "no significant difference from " + ", ".join(d.get("tied") or [d.get("runner_up") or "-"]),
+           "too_small": "provisionally, the evaluation is too small to decide",
+           "no_intervals": "the highest point estimate"}.get(d["status"], d["status"])
+    return f"ship {doc.shown_path(report.get('caches', {}).get(ship, ship + '.cache'))} ({ship}): {how}"
 
 
 def _png(fig) -> str:
@@ -137,11 +149,21 @@ def _pyplot():
 
 
 def layer_plot(evaluation: dict, focus: str | None = None) -> str | None:
+    """The per-layer chart (layer_figure) as base64 PNG; None when no configuration has per-layer figures."""
+    fig = layer_figure(evaluation, focus)
+    return None if fig is None else _png(fig)
+
+
+def layer_figure(evaluation: dict, focus: str | None = None):
     """Per-layer SQNR of each configuration, one row per tensor named on the axis (topological order); with
     many tensors, the MAX_LAYERS_PLOTTED lowest of `focus`. None when no configuration has per-layer figures."""
     configs = {n: e["layers"] for n, e in evaluation["configs"].items() if e.get("layers")}
-    if not configs:
-        return None
+
+    def drawn(layer) -> bool:
+        return layer["sqnr_db"] is not None and math.isfinite(layer["sqnr_db"])
+
+    if not any(drawn(l) for layers in configs.values() for l in layers):
+        return None  # no per-layer figures, or none finite (all identical to FP32, or NaN): no empty chart
     ref = configs.get(focus) or next(iter(configs.values()))
     names = [l["tensor"] for l in ref]
     if len(names) > MAX_LAYERS_PLOTTED:
@@ -151,7 +173,7 @@ def layer_plot(evaluation: dict, focus: str | None = None) -> str | None:
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(9, max(3.0, 0.2 * len(names) + 1.2)))
     for name, layers in configs.items():
-        pts = [(l["sqnr_db"], pos[l["tensor"]]) for l in layers if l["tensor"] in pos and math.isfinite(l["sqnr_db"])]
+        pts = [(l["sqnr_db"], pos[l["tensor"]]) for l in layers if l["tensor"] in pos and drawn(l)]
         if pts:
             x, y = zip(*pts)
             ax.plot(x, y, marker="o", ms=3, lw=1.0, label=name)
@@ -164,7 +186,7 @@ def layer_plot(evaluation: dict, focus: str | None = None) -> str | None:
     ax.legend(fontsize=9, loc="best")
     more = f", the {len(names)} lowest of {len(ref)} for {focus}" if len(names) < len(ref) else ""
     ax.set_title(f"Per-tensor SQNR of the INT8 simulation (topological order{more})", fontsize=11)
-    return _png(fig)
+    return fig
 
 
 def histogram_plots(stats, amax: dict, tensors: list[str]) -> list[tuple[str, str]]:
@@ -258,7 +280,7 @@ def blocks(report: dict, layer_png: str | None = None, hist_pngs=()) -> list[tup
     calib_n = (report.get("calibration") or {}).get("samples")
     unit = "images" if s["task"] == "detection" else "samples"
     out = [("h1", f"calib report: {report['recipe']}")]
-    out += doc.ship_sentence(s, report.get("caches", {}))
+    out += doc.ship_sentence(s, report.get("caches", {}), bool(report.get("recipe_file")))
     out += [doc.results_table(s)]
     meta = (f"Model `{report['model']}` (sha256 {report['model_sha256'][:12]})"
             + (f", calibrated on {calib_n} samples" if isinstance(calib_n, int) else "")

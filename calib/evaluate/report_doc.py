@@ -29,10 +29,12 @@ def num(v, key: str = "") -> str:
     if math.isinf(v):
         return "inf" if v > 0 else "-inf"
     if key.endswith("_db") or key == "sqnr_db":
-        return f"{v:.1f}"
-    if key.endswith("cosine"):
-        return f"{v:.4f}"
-    return f"{v:.3f}"
+        s = f"{v:.1f}"
+    elif key.endswith("cosine"):
+        s = f"{v:.4f}"
+    else:
+        s = f"{v:.3f}"
+    return s[1:] if s.startswith("-") and float(s) == 0 else s  # -0.000 (a tiny negative) is shown as 0.000
 
 
 def fig_cell(f: dict | None, key: str) -> str:
@@ -53,28 +55,31 @@ def column_label(key: str, figs: dict, unit: str) -> str:
 
 def _signed(v, key) -> str:
     s = num(v, key)
-    return s if s.startswith("-") or s in ("nan", "inf") else "+" + s
+    return s if s.startswith("-") or s in ("nan", "inf") or (s[:1].isdigit() and float(s) == 0) else "+" + s
 
 
 def _cache_name(caches: dict, name: str) -> str:
     return f"`{Path(caches.get(name, name + '.cache')).name}`"
 
 
-def ship_sentence(s: dict, caches: dict) -> list[tuple]:
+def ship_sentence(s: dict, caches: dict, from_recipe: bool = False) -> list[tuple]:
     d = s["decision"]
     ship = d["ship"]
     cache = _cache_name(caches, ship)
     reason = d["reason"]
+    unit = "images" if s["task"] == "detection" else "samples"
+    more = ("the recipe's evaluation_data" if from_recipe else
+            f"a --data with more {unit} or a larger --limit, apart from the calibration {unit}")
     if d["status"] in ("best", "only_one"):
-        return [("p", f"**Ship {cache}** ({ship}). {reason[0].upper() + reason[1:]}.")]
+        return [("p", f"**Ship {cache}**: {reason}.")]
     if d["status"] == "tie":
         others = ", ".join(_cache_name(caches, n) for n in d.get("tied", []))
         return [("p", f"**Ship {cache}** ({ship}, the highest {label(d['metric'])}), but there is "
                       f"{reason}. {others} would do as well on this evaluation.")]
     if d["status"] == "too_small":
-        return [("p", f"**Ship {cache}** ({ship}) only provisionally: {reason}."),
-                ("warn", "Warning: too small an evaluation to choose between algorithms. Evaluate on more images "
-                 "(recipe key evaluation_data) before relying on the choice.")]
+        return [("p", f"**Ship {cache}** ({ship}) only provisionally; {reason}."),
+                ("warn", f"Warning: too small an evaluation to choose between algorithms. Evaluate on more {unit} "
+                 f"({more}) before relying on the choice.")]
     return [("p", f"**Ship {cache}** ({ship}): {reason}.")]
 
 
@@ -100,19 +105,30 @@ def _q(path: str) -> str:
 
 
 def deploy_commands(report: dict, ship: str) -> str:
+    """The commands that build what the report evaluated: TensorRT from the cache (trtexec, calib build) and the
+    Q/DQ model (the one the run wrote, or the command that makes it from the cache), with the layers the
+    evaluation kept in float (`exclude`: its patterns; `float_layers`: the nodes they matched) kept there too."""
     out = shown_path(report.get("out_dir", "."))
     cache = shown_path(report.get("caches", {}).get(ship, f"{out}/{ship}.cache"))
     model = shown_path(report.get("model_file") or report.get("model"))
+    patterns, nodes = report.get("exclude") or [], report.get("float_layers") or []
+    trt_float = (" --precisionConstraints=prefer --layerPrecisions=" + _q(",".join(f"{n}:fp16" for n in nodes))
+                 if nodes else "")
+    build_float = "".join(f" --layer-precision {_q(p + '=fp16')}" for p in patterns)
     lines = ["# TensorRT with the calibration cache (implicit INT8, TensorRT 8.x to 10.x)",
-             f"trtexec --onnx={_q(model)} --int8 --fp16 --calib={_q(cache)}"
+             f"trtexec --onnx={_q(model)} --int8 --fp16 --calib={_q(cache)}{trt_float}"
              f" --saveEngine=model.int8.engine",
              "# the same build through calib, on a machine with TensorRT",
-             f"calib build {_q(model)} --cache {_q(cache)} --precision int8,fp16 "
-             f"-o model.int8.engine"]
+             f"calib build {_q(model)} --cache {_q(cache)} --precision int8,fp16{build_float} "
+             f"-o model.int8.engine",
+             "# explicit quantization (the path forward: TensorRT 10.1 deprecated implicit INT8)"]
     if report.get("qdq_model"):
         q = f"{out}/{report['qdq_model']}"
-        lines += ["# explicit quantization (the path forward: TensorRT 10.1 deprecated implicit INT8)",
-                  f"trtexec --onnx={_q(q)} --int8 --fp16 --saveEngine=model.qdq.engine"]
+    else:
+        q = f"{Path(model).stem}.{ship}.qdq.onnx"
+        lines.append(f"calib cache convert {_q(cache)} --model {_q(model)} --to qdq -o {_q(q)}"
+                     + "".join(f" --exclude {_q(p)}" for p in patterns))
+    lines.append(f"trtexec --onnx={_q(q)} --int8 --fp16 --saveEngine=model.qdq.engine")
     return "\n".join(lines)
 
 
@@ -126,11 +142,23 @@ def next_steps(report: dict, s: dict) -> list[str]:
             items.append(f"`calib run {shlex.quote(recipe)} --set calibration.equalize=true`: cross-layer "
                          "equalization before calibration, for models whose per-channel ranges differ widely.")
     else:
-        items.append("`calib sensitivity <recipe>` (a recipe names the model and the data): the layers to keep in "
-                     "FP16; `calib calibrate --equalize` for cross-layer equalization.")
+        example = {"detection": "`recipes/yolo.yaml` in calib's repository is one for a detector on a folder of "
+                                "photos", "embedding": "`recipes/minilm.yaml` in calib's repository is one for a "
+                                "sentence encoder on lines of text"}.get(
+            s["task"], "`recipes/mobilenet_v2.yaml` in calib's repository is one for a classifier on a folder of photos")
+        items.append("`calib sensitivity RECIPE`: ranks the layers by their INT8 damage and finds the fewest to keep "
+                     "in FP16 for an accuracy budget. A recipe is a YAML file naming the model, the calibration and "
+                     f"evaluation data and the preprocessing ({example}).")
+        if s["worst_layers"].get(s["best"]):
+            items.append("`calib evaluate ... --exclude LAYER`: the same comparison with a layer kept in float "
+                         "(FP16 in the engine), e.g. a Conv of the worst layers below.")
+        items.append("`calib calibrate ... --equalize`: cross-layer equalization before calibration, for models "
+                     "whose per-channel ranges differ widely; evaluate the `<model>.equalized.onnx` it writes with "
+                     "its caches.")
     if s["decision"]["status"] in ("tie", "too_small"):
-        items.append("More evaluation images narrow the intervals: the comparison is decided by the paired "
-                     "difference, whose interval shrinks with the square root of the number of images.")
+        unit = "images" if s["task"] == "detection" else "samples"
+        items.append(f"More evaluation {unit} narrow the intervals: the comparison is decided by the paired "
+                     f"difference, whose interval shrinks with the square root of the number of {unit}.")
     return items
 
 
@@ -179,23 +207,27 @@ def fp32_blocks(report: dict, s: dict) -> list[tuple]:
                                                                           else ""))
     fp = report.get("fp32_task") or {}
     if s["task"] == "detection" and fp.get("vs_fp32"):
+        thr = s.get("conf_threshold")
         out.append(f"FP32 scored against its own boxes (a check of the decoding, 1.0 expected): mAP50:95 "
-                   f"{num(fp['vs_fp32'].get('map50_95'))}; {s.get('fp32_boxes')} FP32 boxes at confidence "
-                   "threshold are the reference of every 'vs FP32' figure.")
+                   f"{num(fp['vs_fp32'].get('map50_95'))}; its {s.get('fp32_boxes')} boxes "
+                   + (f"of confidence {thr:g} or more " if thr is not None else "above the confidence threshold ")
+                   + "are the reference of every 'vs FP32' figure.")
     return [("list", out)] if out else []
 
 
 def method_text(s: dict) -> str:
     b = s.get("bootstrap")
+    layers = any(s.get("worst_layers", {}).values())
     if not b:
         return ""
-    over = f"{b['unit']}s"
+    over = f"{b['unit']}s ("
     if b.get("resampled") == "groups":
         over = (f"source photos ({b['groups']} groups of dependent {b['unit']}s, e.g. crops of one photo, "
-                f"resampled whole; top-1 agreement compared with the clustered McNemar test)")
-    return (f"Intervals: {int(b['level'] * 100)} % bootstrap percentile intervals over {over} ({b['resamples']} "
+                "resampled whole; " + ("top-1 agreement compared with the clustered McNemar test; "
+                                       if s.get("task") == "classification" else ""))
+    return (f"Intervals: {int(b['level'] * 100)} % bootstrap percentile intervals over {over}{b['resamples']} "
             f"resamples, seed {b['seed']}); every algorithm is resampled with the same draws, so differences are "
-            "paired. Per-layer figures below carry intervals made the same way.")
+            "paired." + (" Per-layer figures below carry intervals made the same way." if layers else ""))
 
 
 _INLINE = re.compile(r"\*\*(.+?)\*\*|`(.+?)`")
