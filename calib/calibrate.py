@@ -177,12 +177,15 @@ def collect(model_path: str | Path, source, micro_batch: int = 8, nbins: int = D
             batch = finite_samples(batch, inputs, source, seen, label, skip_nonfinite, dropped)
             seen += read
             n = int(next(iter(batch.values())).shape[0])
-            if bi == 0 and tensorrt_grid:
+            one_run = n <= micro_batch  # the first batch's outputs all at hand at once: no extra run for its ranges
+            if bi == 0 and tensorrt_grid and not one_run:
                 _first_batch_ranges(runner, batch, wanted, micro_batch, derived, stats)
             for lo in range(0, n, micro_batch):
                 part = {k: v[lo:lo + micro_batch] for k, v in batch.items()}
                 outs = runner.run(part, wanted)
                 tail = part
+                if bi == 0 and tensorrt_grid and one_run:
+                    _set_first_ranges(stats, _ranges(outs, wanted), derived)
                 for name in wanted:
                     v = outs[name]
                     if isinstance(v, np.ndarray) and v.dtype.kind == "f":
@@ -217,29 +220,41 @@ def needs_tensorrt_grid(algorithms, params: dict | None = None) -> bool:
     return registry.check_params("entropy", (params or {}).get("entropy", {})).get("grid") == "tensorrt"
 
 
-def _first_batch_ranges(runner, batch: dict, wanted: list, micro_batch: int, derived: dict, stats) -> None:
-    """Each tensor's absmax (and max) over the first batch, where TensorRT sets its histogram ranges."""
+def _ranges(outs: dict, wanted: list, ranges: dict | None = None) -> dict:
+    """tensor -> (absmax, max) over the float outputs of one run, merged into `ranges`."""
     from calib.kernels import range_stats
     from calib.stats import _threads
 
-    amax: dict = {}
-    top: dict = {}
+    ranges = {} if ranges is None else ranges
+    for name in wanted:
+        v = outs[name]
+        if isinstance(v, np.ndarray) and v.dtype.kind == "f" and v.size:
+            flat = np.ascontiguousarray(v, dtype=np.float32).reshape(-1)
+            mn, mx, am, _bad = range_stats(flat, _threads() if flat.size > (1 << 16) else 1)
+            if mn <= mx:
+                a, t = ranges.get(name, (0.0, -np.inf))
+                ranges[name] = (max(a, float(am)), max(t, float(mx)))
+    return ranges
+
+
+def _set_first_ranges(stats, ranges: dict, derived: dict) -> None:
+    """Tell the collector each tensor's first-batch absmax, and each Relu/Clip output's (from its input's max)."""
+    stats.trt_first = {name: a for name, (a, _) in ranges.items()}
+    for y, (x, hi) in derived.items():
+        stats.trt_derived.setdefault(x, []).append((y, hi))
+        stats.trt_first[y] = min(max(ranges.get(x, (0.0, 0.0))[1], 0.0), hi)
+
+
+def _first_batch_ranges(runner, batch: dict, wanted: list, micro_batch: int, derived: dict, stats) -> None:
+    """Each tensor's absmax (and max) over the first batch, where TensorRT sets its histogram ranges: one more run
+    of the model over that batch, when it takes more than one run."""
+    ranges: dict = {}
     n = int(next(iter(batch.values())).shape[0])
     for lo in range(0, n, micro_batch):
         outs = runner.run({k: v[lo:lo + micro_batch] for k, v in batch.items()}, wanted)
-        for name in wanted:
-            v = outs[name]
-            if isinstance(v, np.ndarray) and v.dtype.kind == "f" and v.size:
-                flat = np.ascontiguousarray(v, dtype=np.float32).reshape(-1)
-                mn, mx, am, _bad = range_stats(flat, _threads() if flat.size > (1 << 16) else 1)
-                if mn <= mx:
-                    amax[name] = max(amax.get(name, 0.0), float(am))
-                    top[name] = max(top.get(name, -np.inf), float(mx))
+        _ranges(outs, wanted, ranges)
         del outs
-    stats.trt_first = dict(amax)
-    for y, (x, hi) in derived.items():
-        stats.trt_derived.setdefault(x, []).append((y, hi))
-        stats.trt_first[y] = min(max(top.get(x, 0.0), 0.0), hi)
+    _set_first_ranges(stats, ranges, derived)
 
 
 def compute_all(stats: HistogramCollector, tensors, algorithms, params: dict | None = None,
