@@ -54,12 +54,25 @@ def printable(name) -> str:
     return raw.decode("utf-8", "backslashreplace")
 
 
+_DIGESTS: dict = {}  # (device, inode, size, mtime) -> sha256: a model is hashed once per process, not per use
+
+
+def file_key(path: str | os.PathLike) -> tuple:
+    """What identifies a file's contents for as long as nobody writes it: device, inode, size, mtime (ns)."""
+    st = os.stat(path)
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+
+
 def sha256_file(path: str | os.PathLike) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+    key = file_key(path)
+    digest = _DIGESTS.get(key)
+    if digest is None:
+        h = hashlib.sha256()
+        with open(path, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                h.update(block)
+        digest = _DIGESTS[key] = h.hexdigest()
+    return digest
 
 
 def sha256_bytes(data: bytes) -> str:
