@@ -144,7 +144,6 @@ def collect(model_path: str | Path, source, micro_batch: int = 8, nbins: int = D
     command that ends after writing the caches saves the extra one-sample run).
     tensorrt_grid: also keep each tensor's histogram on TensorRT's own grid (its range from the first batch, which
     takes one more pass of the model over that batch), for the entropy algorithm to match EntropyCalibration2."""
-    from calib.kernels import ready
     from calib.runners.onnxruntime import OrtRunner
 
     proto = load_model(model_path)
@@ -154,7 +153,6 @@ def collect(model_path: str | Path, source, micro_batch: int = 8, nbins: int = D
                        spin=False, lean=True, order_free=blocked, label=str(model_path))
     del proto
     exposed = set(runner.tensor_names())
-    ready()
     wanted = [n for n in info.activations if n in exposed and n not in derived]
     inputs = [n for n, _, _ in info.inputs]
     stats = HistogramCollector(nbins, signed=frozenset(x for x, _ in derived.values()))

@@ -11,7 +11,6 @@ from calib.cli_data import data_options, make_cli_source, with_data
 from calib.cli_cache import cache, zoo
 from calib.cli_common import cache_checks as _cache_checks
 from calib.cli_common import handled as _handled
-from calib.cli_common import warm_up_kernels
 from calib.errors import CalibError
 
 
@@ -94,7 +93,6 @@ def calibrate(model, data_args, algo, batch_size, percentile, trt_version, carri
         raise CalibError("--algo: no algorithm named")
     for a in algos:  # before the data is opened
         registry.get(a)
-    warm_up_kernels()
     data = make_cli_source(data_args, inspect_model(model), batch_size)
     res = run_calibration(model, data, algos, {"percentile": {"percentile": percentile}}, batch_size,
                           "none", out, trt_version, carrier, skip_nonfinite=skip_nonfinite, equalize=equalize,

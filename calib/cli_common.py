@@ -50,12 +50,3 @@ def _silence_stdout() -> None:
         os.dup2(devnull, sys.stdout.fileno())
     except (OSError, ValueError):  # no real stdout (tests): nothing left to flush
         pass
-
-
-
-def warm_up_kernels() -> None:
-    """Load the compiled statistics loops on a thread of their own while the command reads its model and data
-    (numba's start-up is about a tenth of a short calibration)."""
-    from calib.kernels import warm_up_in_background
-
-    warm_up_in_background()

@@ -451,32 +451,3 @@ def compare_sums(ref, test, nchunks):
     if tot[1] != tot[1]:
         m = np.nan
     return tot[0], tot[1], tot[2], tot[3], m
-
-
-_warming = None
-
-
-def warm_up_in_background() -> None:
-    """warm_up() on a daemon thread; the statistics pass waits for it (ready()) before its first loop."""
-    import threading
-
-    global _warming
-    _warming = threading.Thread(target=warm_up, name="calib-warm-up", daemon=True)
-    _warming.start()
-
-
-def ready() -> None:
-    """Wait for a warm-up started in the background, so that no two threads run the loops at once (numba's
-    workqueue threading layer, where a user chose it, allows one at a time)."""
-    if _warming is not None:
-        _warming.join()
-
-
-def warm_up() -> None:
-    """Load the statistics pass's compiled loops from numba's cache (or compile them) on tiny arrays."""
-    x = np.linspace(-1.0, 1.0, 64).astype(np.float32)
-    g = np.ones(1)
-    histogram_pass(x, 1.0, 16, True, g, -g, g, TRT_GRID_BINS, 1)
-    range_stats(x, 1)
-    kl_divergences_tensorrt(np.ones(256), 128, 128)
-    mse_errors(np.ones(4), np.ones(4), np.ones(2))
