@@ -92,8 +92,8 @@ def sqnr_metric(signal: np.ndarray, noise: np.ndarray) -> Callable[[np.ndarray],
     s, d = np.asarray(signal, np.float64), np.asarray(noise, np.float64)
 
     def f(w):
-        ss, dd = w @ s, w @ d
-        with np.errstate(divide="ignore", invalid="ignore"):
+        with np.errstate(divide="ignore", invalid="ignore"):  # a NaN sample makes the figure NaN, said elsewhere
+            ss, dd = w @ s, w @ d
             return np.where(dd == 0, np.inf, 10.0 * np.log10(ss / dd))
     return f
 
@@ -102,8 +102,8 @@ def cosine_metric(dot: np.ndarray, ref_sq: np.ndarray, test_sq: np.ndarray) -> C
     rt, rr, tt = (np.asarray(v, np.float64) for v in (dot, ref_sq, test_sq))
 
     def f(w):
-        num, den = w @ rt, np.sqrt((w @ rr) * (w @ tt))
         with np.errstate(divide="ignore", invalid="ignore"):
+            num, den = w @ rt, np.sqrt((w @ rr) * (w @ tt))
             return np.where(den == 0, 1.0, num / den)
     return f
 
