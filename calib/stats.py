@@ -209,7 +209,7 @@ class HistogramCollector:
     trt_pending: dict = field(default_factory=dict)  # derived output -> its TrtGrid, until derive()
 
     def update(self, name: str, array: np.ndarray) -> None:
-        """One read of `flat` in the common case (the values fit the bins kept so far): the |x| histogram,
+        """One read of the values in the common case (they fit the bins kept so far): the |x| histogram,
         TensorRT's grids of this tensor and of the Relu/Clip outputs counted from it, and the zero count; a
         second one when a value is past a range (the bins are widened, then the batch is counted again)."""
         from calib.kernels import range_stats
