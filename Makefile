@@ -18,9 +18,10 @@ run: $(STAMP)          ## the main job: YOLOv3-tiny, all algorithms, report in r
 test: $(STAMP)         ## the test suite (GPU tests skip where TensorRT is absent)
 	$(BIN)/python -m pytest -q; rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$rc
 
-bench: $(STAMP)        ## calibration speed/memory vs ONNX Runtime's calibrators; whole-command peak memory
+bench: $(STAMP)        ## calibration speed/memory vs ONNX Runtime's calibrators; whole-command peak memory; shared cores
 	$(BIN)/python benchmarks/bench_calibrate.py
 	$(BIN)/python benchmarks/bench_memory.py
+	$(BIN)/python benchmarks/bench_contention.py
 
 clean:
 	rm -rf runs .pytest_cache
