@@ -25,14 +25,6 @@ def _deviation(ours: dict, trt: dict) -> np.ndarray:
     return np.abs(np.array([ours[k] / trt[k] - 1.0 for k in names]))
 
 
-def _digest(arrays: dict) -> str:
-    h = hashlib.sha256()
-    for k in sorted(arrays):
-        h.update(k.encode())
-        h.update(np.ascontiguousarray(arrays[k]).tobytes())
-    return h.hexdigest()
-
-
 @pytest.fixture(scope="module")
 def topo():
     """The topology probe's values, rebuilt as TensorRT was fed them (checked), and calib's statistics of them."""
@@ -41,7 +33,7 @@ def topo():
     model, data = probes.make("topo")
     flat = {k: v.reshape(-1, *v.shape[2:]) for k, v in data.items()}
     meta = json.loads((GOLD / "probes" / "probes.json").read_text())["topo-entropy2"]
-    if _digest(flat) != meta["data_sha256"]:
+    if probes.digest(flat) != meta["data_sha256"]:
         pytest.skip("the probe's values rebuilt here differ from what TensorRT was fed (numpy version)")
     path = GOLD / "probes" / "topo.onnx"
     info = inspect_model(path)

@@ -18,7 +18,6 @@ NET.npz (the arrays fed), NET-{entropy2,minmax}.cache, and OUT_DIR/summary.json.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import logging
 import sys
@@ -31,6 +30,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import probes  # noqa: E402
 
 TACTICS = ("EDGE_MASK_CONVOLUTIONS", "JIT_CONVOLUTIONS")  # no cuBLAS/cuDNN on the carried TensorRT
 log = logging.getLogger("capture")
@@ -96,14 +97,6 @@ class Batches:
             yield {k: v[i:i + self.batch] for k, v in self.arrays.items()}
 
 
-def digest(arrays: dict) -> str:
-    h = hashlib.sha256()
-    for k in sorted(arrays):
-        h.update(k.encode())
-        h.update(np.ascontiguousarray(arrays[k]).tobytes())
-    return h.hexdigest()
-
-
 def trt_input_dtypes(model: Path) -> dict:
     """The dtype TensorRT's network gives each input (INT64 ONNX inputs become INT32 in 8.6); {} if unknown."""
     try:
@@ -153,7 +146,7 @@ def calibrate(model: Path, arrays: dict, batch: int, kind: str, cache: Path, opt
     info.update(kind=kind, seconds=round(time.time() - t0, 2), get_batch_calls=cal.calls,
                 get_batch_asked=len(asked), names_asked=asked[0] if asked else None,
                 samples=cal.rebatcher.samples, padded=cal.rebatcher.padded, batch=batch,
-                data_sha256=digest(arrays), cache_written=cache.is_file(),
+                data_sha256=probes.digest(arrays), cache_written=cache.is_file(),
                 int8_layers=[ly.get("name") for ly in built.layers if "int8" in str(ly.get("precision", "")).lower()],
                 layers=built.layers)
     return info
@@ -216,7 +209,6 @@ def main() -> int:
 
     if a.probes:
         import onnx
-        import probes
 
         pdir = a.out / "probes"
         pdir.mkdir(exist_ok=True)

@@ -10,7 +10,6 @@ For every probe tensor it prints TensorRT's threshold in units of the bin width 
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import sys
 from pathlib import Path
@@ -54,14 +53,6 @@ class TrtHistogram:
         self.absmax = max(self.absmax, m)
 
 
-def digest(arrays: dict) -> str:
-    h = hashlib.sha256()
-    for k in sorted(arrays):
-        h.update(k.encode())
-        h.update(np.ascontiguousarray(arrays[k]).tobytes())
-    return h.hexdigest()
-
-
 def tensors(net: str) -> tuple[dict, dict]:
     """name -> list of per-batch arrays for every input and every op output of a probe network; the data digest."""
     import onnxruntime as ort
@@ -89,7 +80,7 @@ def tensors(net: str) -> tuple[dict, dict]:
             per[k].append(v)
         for k, v in zip(outs, sess.run(None, feed)):
             per[k].append(v)
-    return per, {"sha256": digest(flat)}
+    return per, {"sha256": probes.digest(flat)}
 
 
 def grid_units(batches: list, thr: float) -> dict:

@@ -19,6 +19,8 @@ Only numpy and onnx: the device script and the CPU comparison both import it. `m
 """
 from __future__ import annotations
 
+import hashlib
+
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
@@ -27,6 +29,16 @@ N = 8192
 BATCHES = 8
 OPSET = 14
 IR_VERSION = 8  # TensorRT 8.6's parser reads IR 8
+
+
+def digest(arrays: dict) -> str:
+    """sha256 of named arrays (names sorted, each name then its bytes): what a capture records of the data it fed,
+    and what the CPU side checks its rebuilt data against."""
+    h = hashlib.sha256()
+    for k in sorted(arrays):
+        h.update(k.encode())
+        h.update(np.ascontiguousarray(arrays[k]).tobytes())
+    return h.hexdigest()
 
 
 def _dist_data(seed: int = 20) -> dict[str, np.ndarray]:
