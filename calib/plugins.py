@@ -18,6 +18,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from calib.errors import ModelError
+from calib.evaluate.detect import iou_one_to_many
 from calib.model import node_attr
 
 NMS_OUTPUTS = ("num_detections", "detection_boxes", "detection_scores", "detection_classes")
@@ -56,18 +57,6 @@ def cut_file(model_path, out_dir) -> tuple:
     out = Path(out_dir) / f"{Path(model_path).stem}.cut.onnx"
     atomic_write_bytes(out, head.SerializeToString())
     return out, plugins
-
-
-def _iou(box: np.ndarray, boxes: np.ndarray) -> np.ndarray:
-    x1 = np.maximum(box[0], boxes[:, 0])
-    y1 = np.maximum(box[1], boxes[:, 1])
-    x2 = np.minimum(box[2], boxes[:, 2])
-    y2 = np.minimum(box[3], boxes[:, 3])
-    inter = np.clip(x2 - x1, 0, None) * np.clip(y2 - y1, 0, None)
-    a = (box[2] - box[0]) * (box[3] - box[1])
-    b = (boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1])
-    union = a + b - inter
-    return np.where(union > 0, inter / np.where(union > 0, union, 1), 0.0)
 
 
 def _corners(boxes: np.ndarray, box_coding: int) -> np.ndarray:
@@ -112,7 +101,7 @@ def efficient_nms(boxes: np.ndarray, scores: np.ndarray, score_threshold: float 
                 b = corners[i, j, k] if per_class else corners[i, j]
                 if chosen:
                     prev = np.array([corners[i, jj, kk] if per_class else corners[i, jj] for _, jj, kk in chosen])
-                    if (_iou(b, prev) > iou_threshold).any():
+                    if (iou_one_to_many(b, prev, floor=0.0) > iou_threshold).any():
                         continue
                 chosen.append((s, j, k))
             kept += chosen
