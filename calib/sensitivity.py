@@ -11,7 +11,7 @@ import onnx
 
 from calib.algorithms import registry
 import calib
-from calib.calibrate import collect, compute_all, fingerprint_update
+from calib.calibrate import collect, compute_all, fingerprint_update, needs_tensorrt_grid
 from calib.data.sources import make_source
 from calib.errors import CalibError
 from calib.evaluate.report import _png
@@ -175,12 +175,10 @@ def _sensitivity(recipe: Recipe, stage: Path, out: Path) -> None:
         from calib.pipeline import equalize_model
 
         model_path, info, equalized = equalize_model(model_path, csrc, stage)
-    info, stats, samples, calib_fp = collect(model_path, csrc, label=recipe.calibration_data.path, info=info,
-                                             skip_nonfinite=recipe.calibration_data.skip_nonfinite)
-    for a in spec.per_tensor:
-        if a not in registry.names():
-            raise CalibError(f"{recipe.source}: sensitivity.per_tensor: unknown algorithm '{a}'")
     algos = list(dict.fromkeys([spec.algorithm, *spec.per_tensor]))
+    info, stats, samples, calib_fp = collect(model_path, csrc, label=recipe.calibration_data.path, info=info,
+                                             skip_nonfinite=recipe.calibration_data.skip_nonfinite,
+                                             tensorrt_grid=needs_tensorrt_grid(algos))
     amaxes, _, _ = compute_all(stats, info.activations, algos,
                                {"percentile": {"percentile": recipe.calibration.percentile}}, model=model_path)
     amax = amaxes[spec.algorithm]
