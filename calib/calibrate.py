@@ -143,7 +143,8 @@ def collect(model_path: str | Path, source, micro_batch: int = 8, nbins: int = D
     give_back: return the pass's memory to the system at the end (for work that follows in the same process; a
     command that ends after writing the caches saves the extra one-sample run).
     tensorrt_grid: also keep each tensor's histogram on TensorRT's own grid (its range from the first batch, which
-    takes one more pass of the model over that batch), for the entropy algorithm to match EntropyCalibration2."""
+    takes one more pass of the model over that batch when it is more than one run), for the entropy algorithm to
+    match EntropyCalibration2."""
     from calib.runners.onnxruntime import OrtRunner
 
     proto = load_model(model_path)
