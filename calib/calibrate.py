@@ -222,14 +222,14 @@ def needs_tensorrt_grid(algorithms, params: dict | None = None) -> bool:
 def _ranges(outs: dict, wanted: list, ranges: dict | None = None) -> dict:
     """tensor -> (absmax, max) over the float outputs of one run, merged into `ranges`."""
     from calib.kernels import range_stats
-    from calib.stats import _threads
+    from calib.stats import chunks_for
 
     ranges = {} if ranges is None else ranges
     for name in wanted:
         v = outs[name]
         if isinstance(v, np.ndarray) and v.dtype.kind == "f" and v.size:
             flat = np.ascontiguousarray(v, dtype=np.float32).reshape(-1)
-            mn, mx, am, _bad = range_stats(flat, _threads() if flat.size > (1 << 16) else 1)
+            mn, mx, am, _bad = range_stats(flat, chunks_for(flat.size))
             if mn <= mx:
                 a, t = ranges.get(name, (0.0, -np.inf))
                 ranges[name] = (max(a, float(am)), max(t, float(mx)))

@@ -69,7 +69,7 @@ class TrtGrid:
         from calib.kernels import grid_histogram
 
         if self.fit(top, first, flat.size):
-            chunks = _threads() if flat.size > (1 << 16) else 1
+            chunks = chunks_for(flat.size)
             self.counts += grid_histogram(flat, self.width, self.lo, self.hi, self.counts.size, chunks)
 
 
@@ -188,7 +188,10 @@ def _halve(c: np.ndarray) -> np.ndarray:
     return np.concatenate([c.reshape(-1, 2).sum(axis=1), np.zeros(c.size // 2, np.int64)])
 
 
-def _threads() -> int:
+def chunks_for(size: int) -> int:
+    """Parallel chunks for a compiled loop over `size` values: the cores numba uses, or one for a small array."""
+    if size <= (1 << 16):
+        return 1
     import numba
 
     return max(1, numba.get_num_threads())
@@ -217,7 +220,7 @@ class HistogramCollector:
         flat = np.ascontiguousarray(array, dtype=np.float32).reshape(-1)  # TensorRT calibrates float32 values
         if flat.size == 0:
             return
-        chunks = _threads() if flat.size > (1 << 16) else 1
+        chunks = chunks_for(flat.size)
         h = self.hists.get(name)
         known = None
         if h is None:  # the first batch of this tensor: its range first, then the bins to fit it
