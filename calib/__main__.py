@@ -1,5 +1,5 @@
 """python -m calib: the calib command line."""
-from calib.cli import main
+from calib.cli import entry
 
 if __name__ == "__main__":
-    main()
+    entry()

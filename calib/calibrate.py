@@ -14,6 +14,7 @@ from onnx import TensorProto
 
 import calib
 from calib import cache as cachefmt
+from calib import warmup
 from calib.algorithms import registry
 from calib.data.arrays import as_source
 from calib.data.prefetch import prefetch
@@ -149,26 +150,31 @@ def collect(model_path: str | Path, source, micro_batch: int = 8, nbins: int = D
 
     proto = load_model(model_path)
     info = info or inspect_model(model_path, proto)
-    derived = relu_outputs(proto, info) if derive else {}
-    runner = OrtRunner(proto, expose=[n for n in info.activations if n not in derived],
-                       spin=False, lean=True, order_free=blocked, label=str(model_path))
-    del proto
-    exposed = set(runner.tensor_names())
-    wanted = [n for n in info.activations if n in exposed and n not in derived]
     inputs = [n for n, _, _ in info.inputs]
-    stats = HistogramCollector(nbins, signed=frozenset(x for x, _ in derived.values()))
     digest = hashlib.sha256()
-    samples = seen = 0
-    tail = None  # the last micro-batch run
-    total = len(source) if hasattr(source, "__len__") else None
 
     def fingerprint(batch):  # in the reader thread, in the source's order
         for name in inputs:
             if name in batch:
                 fingerprint_update(digest, name, batch[name])
 
-    with nvtx_range("calib.calibrate"), bar("calibrate", total=total) as pbar, \
-            closing(prefetch(source, each=fingerprint)) as batches:
+    batches = prefetch(source, each=fingerprint)  # the first batches are read while the session is set up
+    try:
+        derived = relu_outputs(proto, info) if derive else {}
+        runner = OrtRunner(proto, expose=[n for n in info.activations if n not in derived], spin=False, lean=True,
+                           order_free=blocked, label=str(model_path), model_sha256=info.sha256)
+    except BaseException:
+        batches.close()
+        raise
+    del proto
+    exposed = set(runner.tensor_names())
+    wanted = [n for n in info.activations if n in exposed and n not in derived]
+    stats = HistogramCollector(nbins, signed=frozenset(x for x, _ in derived.values()))
+    samples = seen = 0
+    tail = None  # the last micro-batch run
+    total = len(source) if hasattr(source, "__len__") else None
+
+    with nvtx_range("calib.calibrate"), bar("calibrate", total=total) as pbar, closing(batches):
         for bi, batch in enumerate(batches):
             if bi == 0:
                 check_batch(batch, info, label)
@@ -296,6 +302,7 @@ def calibrate(model: str | Path, data, algorithms=ALL_ALGORITHMS, params: dict |
         raise DataError(f"batch size must be >= 1, got {batch_size}")
     if equalize and out is None:
         raise CalibError("equalize writes the equalized model: give an output folder")
+    warmup.start()
     info = inspect_model(model)
     label = str(data) if isinstance(data, (str, Path)) else getattr(data, "label", "calibration data")
     data = as_source(data, info.inputs, batch_size, preprocess)

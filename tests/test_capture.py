@@ -93,3 +93,71 @@ def test_blocked_capture_on_mobilenet_v2_photos():
     _same_stats(model, ArraySource(u8, "input", 8, "imagenet"), info.activations)
     if X86:
         assert len(OrtRunner(model, expose=info.activations, order_free=True)._rename) >= 80
+
+
+def _files(folder):
+    return sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
+
+
+def test_capture_graph_is_kept_and_reused(tmp_path, monkeypatch):
+    """The rewritten graph is made once per (model, exposure) and opened from $CALIB_HOME/ort afterwards: the same
+    values, the same renames; a different exposure is another graph."""
+    from calib.model import inspect_model
+    from calib.runners import graph_cache
+    from calib.runners.onnxruntime import OrtRunner
+
+    monkeypatch.setenv("CALIB_HOME", str(tmp_path / "home"))
+    model = _blocky(tmp_path / "blocky.onnx")
+    info = inspect_model(model)
+    acts = list(info.activations)
+    x = {"input": np.random.default_rng(4).normal(0, 1, (3, 3, 16, 16)).astype(np.float32)}
+    first = OrtRunner(model, expose=acts, order_free=True, model_sha256=info.sha256)
+    kept = _files(graph_cache.folder())
+    assert len(kept) == 1 and kept[0].endswith(".onnx" if X86 else ".plain")
+    made = []
+    monkeypatch.setattr(OrtRunner, "_make_blocked", lambda self, *a: made.append(1) or (_ for _ in ()).throw(
+        AssertionError("made again")))
+    second = OrtRunner(model, expose=acts, order_free=True, model_sha256=info.sha256)
+    assert made == [] and second._rename == first._rename
+    a, b = first.run(x), second.run(x)
+    assert set(a) == set(b) and all(np.array_equal(a[k], b[k]) for k in a)
+    monkeypatch.undo()
+    monkeypatch.setenv("CALIB_HOME", str(tmp_path / "home"))
+    OrtRunner(model, expose=acts[:5], order_free=True, model_sha256=info.sha256)
+    assert len(_files(graph_cache.folder())) == 2
+
+
+def test_unreadable_capture_graph_is_made_again(tmp_path, monkeypatch):
+    from calib.model import inspect_model
+    from calib.runners import graph_cache
+    from calib.runners.onnxruntime import OrtRunner
+
+    if not X86:
+        return
+    monkeypatch.setenv("CALIB_HOME", str(tmp_path / "home"))
+    model = _blocky(tmp_path / "blocky.onnx")
+    info = inspect_model(model)
+    acts = list(info.activations)
+    x = {"input": np.random.default_rng(5).normal(0, 1, (2, 3, 16, 16)).astype(np.float32)}
+    want = OrtRunner(model, expose=acts, order_free=True, model_sha256=info.sha256).run(x)
+    [kept] = list(graph_cache.folder().iterdir())
+    kept.write_bytes(kept.read_bytes()[:1000])  # a torn copy
+    got = OrtRunner(model, expose=acts, order_free=True, model_sha256=info.sha256).run(x)
+    assert all(np.array_equal(want[k], got[k]) for k in want)
+    assert kept.stat().st_size > 1000  # stored whole again
+
+
+def test_capture_graph_folder_keeps_the_most_recent(tmp_path, monkeypatch):
+    import os
+
+    from calib.runners import graph_cache
+
+    monkeypatch.setenv("CALIB_HOME", str(tmp_path))
+    monkeypatch.setattr(graph_cache, "MAX_FILES", 3)
+    for i in range(5):
+        graph_cache.store(f"k{i}", b"x" * 10)
+        os.utime(graph_cache.folder() / f"k{i}.onnx", (1000 + i, 1000 + i))
+    graph_cache.store("k5", None)
+    assert _files(graph_cache.folder()) == ["k3.onnx", "k4.onnx", "k5.plain"]
+    assert graph_cache.lookup("k5")[0] == "plain" and graph_cache.lookup("k0") is None
+    assert graph_cache.key("a" * 64, ["x", "y"]) != graph_cache.key("a" * 64, ["x"])

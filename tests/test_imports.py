@@ -80,3 +80,35 @@ def test_compiled_loops_spin_briefly_then_sleep_unless_the_user_chose():
                         ({"GOMP_SPINCOUNT": "9"}, "None 9")):
         r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={**env, **extra})
         assert r.returncode == 0 and r.stdout.strip() == want, (extra, r.stdout, r.stderr)
+
+
+def test_kernels_load_on_the_warm_up_thread():
+    """calib.warmup.start() imports numba and loads the pass's kernels on a thread (numba's OpenMP settings made
+    on the caller's thread first); a second start() is a no-op."""
+    import os
+
+    code = ("import os, sys\nfrom calib import warmup\nwarmup.start()\nt = warmup._thread\nwarmup.start()\n"
+            "assert warmup._thread is t\nassert os.environ['GOMP_SPINCOUNT'] == '500'\nt.join()\n"
+            "import calib.kernels as K\n"
+            "for f in (K.range_stats, K.histogram_pass, K.kl_divergences_tensorrt, K.mse_errors):\n"
+            "    assert f.signatures, f\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr
+
+
+def test_the_calib_process_ends_with_its_command_status(tiny_model, tiny_data, tmp_path):
+    """`python -m calib` (and the `calib` script) leaves by os._exit after the command: the status, the output and
+    the files are the command's."""
+    ok = subprocess.run([sys.executable, "-m", "calib", "-q", "calibrate", str(tiny_model), "--data", str(tiny_data),
+                         "--algo", "minmax,entropy", "-o", str(tmp_path / "out")], capture_output=True, text=True)
+    assert ok.returncode == 0, ok.stderr
+    lines = ok.stdout.splitlines()
+    assert [ln.split("  (")[0] for ln in lines] == [str(tmp_path / "out" / f"{a}.cache") for a in ("minmax", "entropy")]
+    assert all(ln.endswith(" tensors)") for ln in lines)
+    assert (tmp_path / "out" / "entropy.cache").is_file()
+    bad = subprocess.run([sys.executable, "-m", "calib", "calibrate", str(tmp_path / "missing.onnx"), "--data",
+                          str(tiny_data), "-o", str(tmp_path / "out2")], capture_output=True, text=True)
+    assert bad.returncode != 0 and "missing.onnx" in bad.stderr and not (tmp_path / "out2").exists()
+    usage = subprocess.run([sys.executable, "-m", "calib", "no-such-command"], capture_output=True, text=True)
+    assert usage.returncode == 2 and "no-such-command" in usage.stderr

@@ -47,3 +47,18 @@ def test_consumer_error_stops_the_reader():
         for _ in prefetch(iter(range(10_000))):
             raise RuntimeError("model failed")
     assert threading.active_count() == before
+
+
+def test_reading_starts_before_the_loop_and_close_stops_it():
+    before = threading.active_count()
+    started = threading.Event()
+
+    def source():
+        started.set()
+        yield from range(10_000)
+
+    it = prefetch(source())
+    assert started.wait(5)  # read while the caller still sets up
+    it.close()
+    assert threading.active_count() == before
+    assert list(it) == []

@@ -18,41 +18,60 @@ class _Failed:
         self.exc = exc
 
 
-def prefetch(source: Iterable, depth: int = 2, each: Callable | None = None) -> Iterator:
-    """Iterate `source` in a reader thread, `depth` items ahead; `each(item)` runs there too, in order."""
-    q: queue.Queue = queue.Queue(maxsize=depth)
-    stop = threading.Event()
-
-    def put(item) -> bool:
-        while not stop.is_set():
-            try:
-                q.put(item, timeout=0.1)
-                return True
-            except queue.Full:
-                continue
-        return False
-
-    def read() -> None:
+def _put(q: queue.Queue, stop: threading.Event, item) -> bool:
+    while not stop.is_set():
         try:
-            for item in source:
-                if each is not None:
-                    each(item)
-                if not put(item):
-                    return
-            put(_END)
-        except BaseException as exc:  # handed to the consumer, raised there
-            put(_Failed(exc))
+            q.put(item, timeout=0.1)
+            return True
+        except queue.Full:
+            continue
+    return False
 
-    reader = threading.Thread(target=read, name="calib-reader", daemon=True)
-    reader.start()
+
+def _read(q: queue.Queue, stop: threading.Event, source: Iterable, each: Callable | None) -> None:
     try:
-        while True:
-            item = q.get()
-            if item is _END:
+        for item in source:
+            if each is not None:
+                each(item)
+            if not _put(q, stop, item):
                 return
-            if isinstance(item, _Failed):
-                raise item.exc
-            yield item
-    finally:
-        stop.set()
-        reader.join()
+        _put(q, stop, _END)
+    except BaseException as exc:  # handed to the consumer, raised there
+        _put(q, stop, _Failed(exc))
+
+
+class prefetch:
+    """Iterate `source` in a reader thread, `depth` items ahead; `each(item)` runs there too, in order. Reading
+    starts at once (so that it overlaps what the caller sets up before its loop); close(), leaving the loop or
+    dropping the object stops the reader (which holds no reference to this object)."""
+
+    def __init__(self, source: Iterable, depth: int = 2, each: Callable | None = None):
+        self._q: queue.Queue = queue.Queue(maxsize=depth)
+        self._stop = threading.Event()
+        self._done = False
+        self._reader = threading.Thread(target=_read, args=(self._q, self._stop, source, each), name="calib-reader",
+                                        daemon=True)
+        self._reader.start()
+
+    def __iter__(self) -> Iterator:
+        return self
+
+    def __next__(self):
+        if self._done:
+            raise StopIteration
+        item = self._q.get()
+        if item is _END or isinstance(item, _Failed):
+            self.close()
+            if item is _END:
+                raise StopIteration
+            raise item.exc
+        return item
+
+    def close(self) -> None:
+        self._done = True
+        self._stop.set()
+        if self._reader.is_alive():
+            self._reader.join()
+
+    def __del__(self) -> None:
+        self.close()

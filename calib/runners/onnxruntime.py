@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -15,6 +16,8 @@ from calib.errors import DataError, ModelError
 from calib.model import load_model, with_outputs
 
 log = logging.getLogger(__name__)
+
+_RENAMES = "calib.capture_renames"  # metadata of a kept capture graph: exposed name -> its name in that graph
 
 
 @functools.cache
@@ -38,10 +41,12 @@ class OrtRunner:
 
     def __init__(self, model: str | Path | onnx.ModelProto, expose: Sequence[str] = (), threads: int = 0,
                  optimize: bool = True, spin: bool = True, lean: bool = False, order_free: bool = False,
-                 label: str | None = None):
+                 label: str | None = None, model_sha256: str | None = None):
         """order_free: the exposed tensors may come back with their values permuted (ONNX Runtime's blocked
         layout, without the reorders to NCHW; see calib.runners.blocked), for order-free statistics only.
-        label: what errors call the model (default: its path, or the graph's name for a loaded model)."""
+        label: what errors call the model (default: its path, or the graph's name for a loaded model).
+        model_sha256: the model file's digest, naming the order-free capture graph kept on disk for later runs
+        (calib.runners.graph_cache); without it the graph is made every time."""
         proto = load_model(model) if not isinstance(model, onnx.ModelProto) else model
         self.label = label or (str(model) if not isinstance(model, onnx.ModelProto) else proto.graph.name)
         self._graph_outputs = [o.name for o in proto.graph.output]
@@ -49,7 +54,7 @@ class OrtRunner:
         self._rename: dict[str, str] = {}
         exposed = with_outputs(proto, list(expose)) if expose else proto
         if order_free and expose and optimize:
-            self.session = self._blocked(proto, exposed)
+            self.session = self._blocked(proto, exposed, model_sha256)
         else:
             self.session = self._session(exposed, optimize)
         self._names = [o.name for o in self.session.get_outputs()]
@@ -83,8 +88,31 @@ class OrtRunner:
         except Exception as exc:
             raise ModelError(f"{self.label}: ONNX Runtime cannot load the model ({exc})") from None
 
-    def _blocked(self, proto: onnx.ModelProto, exposed: onnx.ModelProto):
-        """The exposed model as ONNX Runtime optimizes it, its outputs taken before the layout reorders."""
+    def _blocked(self, proto: onnx.ModelProto, exposed: onnx.ModelProto, model_sha256: str | None):
+        """The exposed model as ONNX Runtime optimizes it, its outputs taken before the layout reorders (from the
+        graph kept on disk when there is one)."""
+        from calib.runners import graph_cache
+
+        k = graph_cache.key(model_sha256, [o.name for o in exposed.graph.output]) if model_sha256 else None
+        hit = graph_cache.lookup(k) if k else None
+        if hit is not None:
+            kind, path = hit
+            if kind == "plain":
+                return self._session(exposed, True)
+            try:
+                fast = ort.InferenceSession(str(path), self._options(False), providers=["CPUExecutionProvider"])
+                self._rename = json.loads(fast.get_modelmeta().custom_metadata_map[_RENAMES])
+                return fast
+            except Exception as exc:  # unreadable: made again below
+                log.debug("%s: kept capture graph %s not used: %s", self.label, path, exc)
+                graph_cache.forget(k)
+        session, data = self._make_blocked(proto, exposed)
+        if k:
+            graph_cache.store(k, data)
+        return session
+
+    def _make_blocked(self, proto: onnx.ModelProto, exposed: onnx.ModelProto):
+        """(session, bytes of the rewritten graph); bytes None where the plain exposure serves."""
         from calib.runners import blocked
 
         with tempfile.TemporaryDirectory(prefix="calib-ort-") as tmp:
@@ -94,16 +122,18 @@ class OrtRunner:
             try:
                 optimized = onnx.load(so.optimized_model_filepath)
                 if not any(n.domain == blocked.NCHWC for n in optimized.graph.node):
-                    return session
+                    return session, None
                 wanted = [o.name for o in exposed.graph.output]
                 rewritten, names = blocked.unblock(optimized, wanted, blocked.shapes(proto))
-                fast = ort.InferenceSession(rewritten.SerializeToString(), self._options(False),
-                                            providers=["CPUExecutionProvider"])
+                rename = {k: v for k, v in names.items() if k != v}
+                onnx.helper.set_model_props(rewritten, {_RENAMES: json.dumps(rename)})
+                data = rewritten.SerializeToString()
+                fast = ort.InferenceSession(data, self._options(False), providers=["CPUExecutionProvider"])
             except Exception as exc:  # any surprise in ONNX Runtime's graph: the plain exposure serves
                 log.debug("%s: blocked-layout capture not used: %s", self.label, exc)
-                return session
-        self._rename = {k: v for k, v in names.items() if k != v}
-        return fast
+                return session, None
+        self._rename = rename
+        return fast, data
 
     def tensor_names(self) -> list[str]:
         return list(self._names)
