@@ -26,7 +26,7 @@ from calib.nvtx import nvtx_range
 from calib.progress import bar
 from calib.publish import publish
 from calib.stats import DEFAULT_BINS, HistogramCollector
-from calib.ties import tie_amax
+from calib.ties import file_tie_sources, tie_amax, tie_sources
 
 log = logging.getLogger(__name__)
 
@@ -148,8 +148,10 @@ def collect(model_path: str | Path, source, micro_batch: int = 8, nbins: int = D
     match EntropyCalibration2."""
     from calib.runners.onnxruntime import OrtRunner
 
+    warmup.start()
     proto = load_model(model_path)
     info = info or inspect_model(model_path, proto)
+    file_tie_sources(model_path, proto)  # for compute_all, without loading the model again
     inputs = [n for n, _, _ in info.inputs]
     digest = hashlib.sha256()
 
@@ -266,16 +268,17 @@ def compute_all(stats: HistogramCollector, tensors, algorithms, params: dict | N
                 model: str | Path | onnx.ModelProto | None = None):
     """algorithm -> {tensor: amax}; with `model`, after TensorRT's scale ties (calib.ties), as every cache has them."""
     params = params or {}
-    if model is not None and not isinstance(model, onnx.ModelProto):
-        model = load_model(model)
+    sources = None
+    if model is not None:
+        sources = tie_sources(model) if isinstance(model, onnx.ModelProto) else file_tie_sources(model)
     amax, used, secs = {}, {}, {}
     for algo in algorithms:
         p = registry.check_params(algo, params.get(algo, {}))
         fn = registry.get(algo)
         t0 = time.perf_counter()
         amax[algo] = {t: fn(stats.histogram(t), **p) for t in tensors if t in stats.hists}
-        if model is not None:
-            amax[algo] = tie_amax(model, amax[algo])
+        if sources is not None:
+            amax[algo] = tie_amax(None, amax[algo], sources=sources)
         secs[algo] = time.perf_counter() - t0
         used[algo] = p
     return amax, used, secs

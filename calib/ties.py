@@ -17,8 +17,12 @@ Reshape) carries one scale. Every cache calib writes goes through the cache rule
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import onnx
+
+from calib.io import file_key
+from calib.model import load_model
 
 # Ops whose output holds a subset (or a re-arrangement) of their first input's values: the scale carries over.
 CARRIERS = frozenset({
@@ -87,18 +91,32 @@ def tie_sources(model: onnx.ModelProto, qdq: bool = False) -> dict[str, tuple[st
     return out
 
 
-def tie_amax(model: onnx.ModelProto, amax: dict, qdq: bool = False) -> dict:
+_FILES: dict = {}  # (path, file_key) -> the cache rules' tie_sources of a model file, worked out once per process
+
+
+def file_tie_sources(path: str | Path, model: onnx.ModelProto | None = None) -> dict[str, tuple[str, ...]]:
+    """tie_sources (the cache's rules) of the model file at `path` (`model`: the same file, loaded already)."""
+    try:
+        key = (str(path), file_key(path))
+    except OSError:
+        key = None  # load_model names the file in its error
+    if key not in _FILES:
+        sources = tie_sources(model if model is not None else load_model(path))
+        if key is None or len(_FILES) >= 64:
+            return sources
+        _FILES[key] = sources
+    return _FILES[key]
+
+
+def tie_amax(model: onnx.ModelProto | None, amax: dict, qdq: bool = False, sources: dict | None = None) -> dict:
     """A copy of `amax` with the tied tensors' values replaced (graph order, so chains resolve): the cache's rules,
-    or with `qdq` the Q/DQ model's (one scale per Concat).
+    or with `qdq` the Q/DQ model's (one scale per Concat). `sources`: tie_sources of the model, worked out before.
 
     A tensor whose sources are not all in `amax` keeps its own value (nothing to tie to)."""
-    sources = tie_sources(model, qdq)
+    sources = tie_sources(model, qdq) if sources is None else sources
     out = dict(amax)
-    for node in model.graph.node:
-        for y in node.output:
-            src = sources.get(y)
-            if src is None or y not in out or not all(s in out for s in src):
-                continue
+    for y, src in sources.items():  # graph order: tie_sources walks the nodes in order
+        if y in out and all(s in out for s in src):
             out[y] = max(out[s] for s in src)
     return out
 

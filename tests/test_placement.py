@@ -123,6 +123,28 @@ def test_ties_follow_tensorrt():
     assert tie_amax(m, q, qdq=True) == q
 
 
+def test_ties_of_a_model_file_are_worked_out_once(tmp_path, monkeypatch):
+    """compute_all's ties come from the pass's parse of the model file (calib.ties.file_tie_sources), not from
+    loading it again; the same answer as from the graph."""
+    import os
+
+    import calib.ties as ties
+    from calib.io import file_key
+
+    m = upsample_concat()
+    path = tmp_path / "m.onnx"
+    path.write_bytes(m.SerializeToString())
+    amax = {"input": 1.0, "a0": 3.0, "a": 2.0, "b0": 5.0, "b1": 4.0, "b": 4.5, "c": 9.0, "mp": 1.5, "mpr": 7.0}
+    first = ties.file_tie_sources(path, m)
+    monkeypatch.setattr(ties, "load_model", lambda p: (_ for _ in ()).throw(AssertionError("loaded again")))
+    assert ties.file_tie_sources(path) is first
+    assert tie_amax(None, amax, sources=first) == tie_amax(m, amax)
+    os.utime(path, ns=(1, 1))  # rewritten: another key
+    assert (str(path), file_key(path)) not in ties._FILES
+    monkeypatch.undo()
+    assert ties.file_tie_sources(path) == first
+
+
 def test_cache_ties_leave_a_linear_resize_and_a_split_their_own():
     from onnx import helper
 

@@ -52,11 +52,10 @@ class OrtRunner:
         self._graph_outputs = [o.name for o in proto.graph.output]
         self._settings = (threads, spin, lean)
         self._rename: dict[str, str] = {}
-        exposed = with_outputs(proto, list(expose)) if expose else proto
         if order_free and expose and optimize:
-            self.session = self._blocked(proto, exposed, model_sha256)
+            self.session = self._blocked(proto, list(expose), model_sha256)
         else:
-            self.session = self._session(exposed, optimize)
+            self.session = self._session(with_outputs(proto, list(expose)) if expose else proto, optimize)
         self._names = [o.name for o in self.session.get_outputs()]
         back = {v: k for k, v in self._rename.items()}
         self._names = [back.get(n, n) for n in self._names]
@@ -88,17 +87,19 @@ class OrtRunner:
         except Exception as exc:
             raise ModelError(f"{self.label}: ONNX Runtime cannot load the model ({exc})") from None
 
-    def _blocked(self, proto: onnx.ModelProto, exposed: onnx.ModelProto, model_sha256: str | None):
-        """The exposed model as ONNX Runtime optimizes it, its outputs taken before the layout reorders (from the
-        graph kept on disk when there is one)."""
+    def _blocked(self, proto: onnx.ModelProto, expose: list[str], model_sha256: str | None):
+        """The model with `expose` as outputs as ONNX Runtime optimizes it, its outputs taken before the layout
+        reorders (from the graph kept on disk when there is one: then the exposed copy is not even made)."""
         from calib.runners import graph_cache
 
-        k = graph_cache.key(model_sha256, [o.name for o in exposed.graph.output]) if model_sha256 else None
+        present = set(self._graph_outputs)
+        names = self._graph_outputs + [n for n in expose if n not in present]  # those of with_outputs
+        k = graph_cache.key(model_sha256, names) if model_sha256 else None
         hit = graph_cache.lookup(k) if k else None
         if hit is not None:
             kind, path = hit
             if kind == "plain":
-                return self._session(exposed, True)
+                return self._session(with_outputs(proto, expose), True)
             try:
                 fast = ort.InferenceSession(str(path), self._options(False), providers=["CPUExecutionProvider"])
                 self._rename = json.loads(fast.get_modelmeta().custom_metadata_map[_RENAMES])
@@ -106,6 +107,7 @@ class OrtRunner:
             except Exception as exc:  # unreadable: made again below
                 log.debug("%s: kept capture graph %s not used: %s", self.label, path, exc)
                 graph_cache.forget(k)
+        exposed = with_outputs(proto, expose)
         session, data = self._make_blocked(proto, exposed)
         if k:
             graph_cache.store(k, data)
