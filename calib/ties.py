@@ -100,11 +100,12 @@ def file_tie_sources(path: str | Path, model: onnx.ModelProto | None = None) -> 
         key = (str(path), file_key(path))
     except OSError:
         key = None  # load_model names the file in its error
+    if key is None:
+        return tie_sources(model if model is not None else load_model(path))
     if key not in _FILES:
-        sources = tie_sources(model if model is not None else load_model(path))
-        if key is None or len(_FILES) >= 64:
-            return sources
-        _FILES[key] = sources
+        if len(_FILES) >= 64:  # the oldest out
+            del _FILES[next(iter(_FILES))]
+        _FILES[key] = tie_sources(model if model is not None else load_model(path))
     return _FILES[key]
 
 
