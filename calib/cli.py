@@ -311,7 +311,7 @@ main.add_command(zoo)
 
 def entry() -> None:
     """The `calib` process: the command line, then a quick exit. Once the command is done (its files written and
-    closed), the other threads joined and the atexit handlers run, the interpreter's own teardown would take
+    closed), the threads that are not daemons joined and the atexit handlers run, the interpreter's own teardown would take
     0.2 s more (numba's and ONNX Runtime's modules and objects freed one by one, YOLOv3-tiny's calibration 3.6 s
     in all); the process ends with the command's exit status instead."""
     import atexit
@@ -333,7 +333,7 @@ def entry() -> None:
         if t is not threading.current_thread() and not t.daemon:
             t.join()
     getattr(atexit, "_run_exitfuncs", lambda: None)()
-    for stream in (sys.stdout, sys.stderr):
+    for stream in {id(s): s for s in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__) if s}.values():
         try:
             stream.flush()
         except (OSError, ValueError):  # a closed pipe (`calib ... | head`): nothing more to write

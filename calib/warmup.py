@@ -35,7 +35,9 @@ def start() -> None:
     global _thread
     if _thread is None:
         omp_defaults()
-        _thread = threading.Thread(target=_run, name="calib-kernels")
+        # a daemon: a command that fails before it needs the kernels exits at once (the `calib` process ends with
+        # os._exit; in a Python session the work that follows waits for the kernels anyway)
+        _thread = threading.Thread(target=_run, name="calib-kernels", daemon=True)
         _thread.start()
 
 
