@@ -9,7 +9,9 @@ in the same script. calib's job computes all four algorithms (minmax, entropy, p
 
 The whole-process figure runs `calib calibrate` as a user does (a fresh interpreter: imports, loading the compiled
 kernels, the model and data, the pass, the caches) against a fresh interpreter doing only the FP32 pass over the
-same data, on MobileNetV2 (256 photos) and YOLOv3-tiny (the default recipe's 32 calibration crops).
+same data, on MobileNetV2 (256 photos) and YOLOv3-tiny (the default recipe's 32 calibration crops); beside it, the
+same two jobs in process, each timed from the end of its imports (calib's after its kernels' load), so that the
+difference is what start-up costs.
 """
 from __future__ import annotations
 
@@ -114,21 +116,23 @@ def job(name: str, samples: int, batch: int) -> dict:
 YOLO = {"data": ROOT / "datasets" / "photos_crops", "limit": 32, "batch": 8}  # the default recipe's calibration set
 
 
-def plain_pass(which: str, photos: str) -> None:
+def plain_pass(which: str, photos: str, imported=lambda: None) -> None:
     """The baseline of the whole-process figure: a fresh interpreter that reads the same data, preprocesses it as
-    calib does and runs ONNX Runtime FP32 over it, nothing else (no onnx import: the photos' path is given)."""
+    calib does and runs ONNX Runtime FP32 over it, nothing else (no onnx import: the photos' path is given).
+    `imported` is called once the imports are done (where the in-process figure starts its clock)."""
     import onnxruntime as ort
 
+    if which != "mobilenet_v2":
+        from calib.data.sources import make_source
+        from calib.recipe import DataSpec, PreprocessSpec
+        from calib.zoo import fetch
+    imported()
     if which == "mobilenet_v2":
         u8 = np.load(photos, mmap_mode="r")
         s = ort.InferenceSession(str(MODEL), providers=["CPUExecutionProvider"])
         for b in Source(u8, 32, len(u8)):
             s.run(None, b)
         return
-    from calib.data.sources import make_source
-    from calib.recipe import DataSpec, PreprocessSpec
-    from calib.zoo import fetch
-
     model = fetch("yolov3-tiny")
     src = make_source(DataSpec(kind="folder", path=str(YOLO["data"]), limit=YOLO["limit"]),
                       PreprocessSpec(resize=(416, 416), mode="letterbox", pad_value=127), "images", YOLO["batch"])
@@ -149,6 +153,43 @@ def calib_command(which: str, out: str) -> list[str]:
             "--letterbox", "--pad-value", "127", "--batch-size", str(YOLO["batch"]), "-o", out]
 
 
+def calib_in_process(which: str, out: str) -> float:
+    """`calib calibrate` in this process after its imports and its kernels' load: the in-process figure."""
+    import importlib
+
+    from calib import warmup
+    from calib.cli import main
+
+    importlib.import_module("calib.calibrate")  # what the command imports
+    warmup.start()
+    warmup._thread.join()
+    t0 = time.perf_counter()
+    try:
+        main(["-q", *calib_command(which, out)], standalone_mode=False)
+    except SystemExit as exc:
+        if exc.code:
+            raise
+    return time.perf_counter() - t0
+
+
+def plain_in_process(which: str, photos: str) -> float:
+    t0 = [0.0]
+    plain_pass(which, photos, lambda: t0.__setitem__(0, time.perf_counter()))
+    return time.perf_counter() - t0[0]
+
+
+def in_process(which: str, job: str, out: str) -> float:
+    """Seconds of `job` (calib or plain) in a fresh interpreter, counted from the end of its imports."""
+    from conftest import _photos_224
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")])}
+    r = subprocess.run([sys.executable, __file__, "--in-process", job, "--plain", which, "--photos",
+                        str(_photos_224()), "--out", out], capture_output=True, text=True, cwd=ROOT, env=env)
+    if r.returncode != 0:
+        raise RuntimeError((r.stderr.strip().splitlines() or ["failed"])[-1])
+    return float(r.stdout.strip().splitlines()[-1])
+
+
 def wall(cmd: list[str]) -> float:
     """Seconds from spawning `cmd` to its exit: interpreter start, imports, compiled-kernel loading, everything."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")])}
@@ -163,8 +204,10 @@ def wall(cmd: list[str]) -> float:
 def whole_process(repeat: int) -> None:
     """`calib calibrate` (four algorithms) as a user runs it against the plain FP32 pass, both whole processes,
     alternated `repeat` times (after one warm-up pair: the kernels compile once per checkout)."""
-    print("whole process (spawn to exit), median of alternated runs; calib = calib calibrate, four algorithms")
-    print(f"{'model':14s} {'plain FP32 s':>12s} {'calib s':>8s} {'x FP32':>7s}")
+    print("whole process (spawn to exit) and in process (after the imports and the kernels' load), median of "
+          "alternated runs; calib = calib calibrate, four algorithms")
+    print(f"{'model':14s} {'plain FP32 s':>12s} {'calib s':>8s} {'x FP32':>7s}   {'in process: plain s':>19s} "
+          f"{'calib s':>8s} {'x FP32':>7s}")
     for which in ("mobilenet_v2", "yolov3-tiny"):
         with tempfile.TemporaryDirectory(prefix="calib-bench-") as out:
             calib_cmd = [sys.executable, "-m", "calib", "-q", *calib_command(which, out)]
@@ -173,14 +216,14 @@ def whole_process(repeat: int) -> None:
             plain_cmd = [sys.executable, __file__, "--plain", which, "--photos", str(_photos_224())]
             try:
                 wall(plain_cmd), wall(calib_cmd)
-                runs = [(wall(plain_cmd), wall(calib_cmd)) for _ in range(repeat)]
+                runs = [(wall(plain_cmd), wall(calib_cmd), in_process(which, "plain", out),
+                         in_process(which, "calib", out)) for _ in range(repeat)]
             except RuntimeError as exc:
                 print(f"{which:14s} failed: {exc}")
                 continue
-        fp32 = sorted(r[0] for r in runs)[len(runs) // 2]
-        cal = sorted(r[1] for r in runs)[len(runs) // 2]
-        print(f"{which:14s} {fp32:12.2f} {cal:8.2f} {cal / fp32:7.2f}   (runs: "
-              + ", ".join(f"{a:.1f}/{b:.1f}" for a, b in runs) + ")")
+        fp32, cal, fp32_in, cal_in = (sorted(r[i] for r in runs)[len(runs) // 2] for i in range(4))
+        print(f"{which:14s} {fp32:12.2f} {cal:8.2f} {cal / fp32:7.2f}   {fp32_in:19.2f} {cal_in:8.2f} "
+              f"{cal_in / fp32_in:7.2f}   (whole runs: " + ", ".join(f"{r[0]:.1f}/{r[1]:.1f}" for r in runs) + ")")
 
 
 def run_job(name: str, samples: int, batch: int) -> dict:
@@ -210,11 +253,17 @@ def main() -> None:
                     help="FP32 and calib runs, alternated; the table shows each one's median (the machine drifts)")
     ap.add_argument("--plain", help=argparse.SUPPRESS)
     ap.add_argument("--photos", help=argparse.SUPPRESS)
+    ap.add_argument("--in-process", help=argparse.SUPPRESS)
+    ap.add_argument("--out", help=argparse.SUPPRESS)
     ap.add_argument("--whole", type=int, default=3, help="alternated whole-process runs per model (0: skip)")
     ap.add_argument("--only-whole", action="store_true", help="only the whole-process figures")
     a = ap.parse_args()
     if a.worker:
         print(json.dumps(job(a.worker, a.samples, a.batch)))
+        return
+    if a.in_process:
+        secs = calib_in_process(a.plain, a.out) if a.in_process == "calib" else plain_in_process(a.plain, a.photos)
+        print(secs)
         return
     if a.plain:
         plain_pass(a.plain, a.photos)
