@@ -39,12 +39,12 @@ def _context() -> str:
     code = hashlib.sha256()
     for name in ("blocked.py", "onnxruntime.py", "graph_cache.py"):
         code.update((here / name).read_bytes())
-    cpu = platform.machine() + platform.processor()
-    try:
+    cpu = platform.machine()
+    try:  # Linux: the instruction sets (not platform.processor(), which runs `uname -p` there)
         with open("/proc/cpuinfo", encoding="ascii", errors="replace") as fh:
             cpu += next((line for line in fh if line.startswith(("flags", "Features"))), "")
     except OSError:
-        pass
+        cpu += platform.processor()
     return json.dumps([ort.__version__, code.hexdigest(), cpu])
 
 
