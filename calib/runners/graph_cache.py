@@ -37,8 +37,8 @@ def _context() -> str:
 
     here = Path(__file__).parent
     code = hashlib.sha256()
-    for name in ("blocked.py", "onnxruntime.py", "graph_cache.py"):
-        code.update((here / name).read_bytes())
+    for path in (here / "blocked.py", here / "onnxruntime.py", here / "graph_cache.py", here.parent / "model.py"):
+        code.update(path.read_bytes())  # the rewrite, and the shape inference it reads
     cpu = platform.machine()
     try:  # Linux: the instruction sets (not platform.processor(), which runs `uname -p` there)
         with open("/proc/cpuinfo", encoding="ascii", errors="replace") as fh:
