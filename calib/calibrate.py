@@ -176,6 +176,7 @@ def collect(model_path: str | Path, source, micro_batch: int = 8, nbins: int = D
     tail = None  # the last micro-batch run
     total = len(source) if hasattr(source, "__len__") else None
 
+    warmup.settle()
     with nvtx_range("calib.calibrate"), bar("calibrate", total=total) as pbar, closing(batches):
         for bi, batch in enumerate(batches):
             if bi == 0:

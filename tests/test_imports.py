@@ -112,3 +112,25 @@ def test_the_calib_process_ends_with_its_command_status(tiny_model, tiny_data, t
     assert bad.returncode != 0 and "missing.onnx" in bad.stderr and not (tmp_path / "out2").exists()
     usage = subprocess.run([sys.executable, "-m", "calib", "no-such-command"], capture_output=True, text=True)
     assert usage.returncode == 2 and "no-such-command" in usage.stderr
+
+
+def test_the_pass_waits_for_the_warm_up_only_while_it_compiles(monkeypatch):
+    """settle(): where the thread compiles the kernels (none on disk), the pass waits for it, so that the compiler's
+    memory is not added to the pass's peak; with the kernels on disk it does not wait."""
+    import threading
+
+    from calib import warmup
+
+    release = threading.Event()
+    t = threading.Thread(target=release.wait, daemon=True)
+    t.start()
+    monkeypatch.setattr(warmup, "_thread", t)
+    monkeypatch.setattr(warmup, "_cold", False)
+    warmup.settle()
+    assert t.is_alive()  # returned at once
+    monkeypatch.setattr(warmup, "_cold", True)
+    threading.Timer(0.2, release.set).start()
+    warmup.settle()
+    assert not t.is_alive()
+    monkeypatch.setenv("NUMBA_CACHE_DIR", "/elsewhere")
+    assert warmup._compiled_on_disk()
