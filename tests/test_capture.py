@@ -161,3 +161,20 @@ def test_capture_graph_folder_keeps_the_most_recent(tmp_path, monkeypatch):
     assert _files(graph_cache.folder()) == ["k3.onnx", "k4.onnx", "k5.plain"]
     assert graph_cache.lookup("k5")[0] == "plain" and graph_cache.lookup("k0") is None
     assert graph_cache.key("a" * 64, ["x", "y"]) != graph_cache.key("a" * 64, ["x"])
+
+
+def test_capture_graph_folder_that_cannot_be_written_only_costs_time(tmp_path, monkeypatch):
+    from calib.model import inspect_model
+    from calib.runners.onnxruntime import OrtRunner
+
+    blocker = tmp_path / "home"
+    blocker.write_text("a file where the folder would be")
+    monkeypatch.setenv("CALIB_HOME", str(blocker))
+    model = _blocky(tmp_path / "blocky.onnx")
+    info = inspect_model(model)
+    x = {"input": np.random.default_rng(6).normal(0, 1, (2, 3, 16, 16)).astype(np.float32)}
+    want = OrtRunner(model, expose=list(info.activations)).run(x)
+    got = OrtRunner(model, expose=list(info.activations), order_free=True, model_sha256=info.sha256).run(x)
+    assert set(got) == set(want)
+    assert all(np.array_equal(np.sort(got[k], axis=None), np.sort(want[k], axis=None)) for k in want)
+    assert blocker.read_text() == "a file where the folder would be"
