@@ -192,12 +192,13 @@ def collect(model_path: str | Path, source, micro_batch: int = 8, nbins: int = D
                 part = {k: v[lo:lo + micro_batch] for k, v in batch.items()}
                 outs = runner.run(part, wanted)
                 tail = part
+                ranged: dict = {}
                 if bi == 0 and tensorrt_grid and one_run:
-                    _set_first_ranges(stats, _ranges(outs, wanted), derived)
+                    _set_first_ranges(stats, _ranges(outs, wanted, ranged=ranged), derived)
                 for name in wanted:
                     v = outs[name]
                     if isinstance(v, np.ndarray) and v.dtype.kind == "f":
-                        stats.update(name, v)
+                        stats.update(name, v, ranged.get(name))
                 del outs
             samples += n
             stats.first = False  # TensorRT sets its histogram ranges from the first batch alone
@@ -228,8 +229,9 @@ def needs_tensorrt_grid(algorithms, params: dict | None = None) -> bool:
     return registry.check_params("entropy", (params or {}).get("entropy", {})).get("grid") == "tensorrt"
 
 
-def _ranges(outs: dict, wanted: list, ranges: dict | None = None) -> dict:
-    """tensor -> (absmax, max) over the float outputs of one run, merged into `ranges`."""
+def _ranges(outs: dict, wanted: list, ranges: dict | None = None, ranged: dict | None = None) -> dict:
+    """tensor -> (absmax, max) over the float outputs of one run, merged into `ranges`; `ranged` gets each
+    output's range_stats (for the collector's first update of it, which then need not read it for its range)."""
     from calib.kernels import range_stats
     from calib.stats import chunks_for
 
@@ -238,7 +240,9 @@ def _ranges(outs: dict, wanted: list, ranges: dict | None = None) -> dict:
         v = outs[name]
         if isinstance(v, np.ndarray) and v.dtype.kind == "f" and v.size:
             flat = np.ascontiguousarray(v, dtype=np.float32).reshape(-1)
-            mn, mx, am, _bad = range_stats(flat, chunks_for(flat.size))
+            mn, mx, am, bad = range_stats(flat, chunks_for(flat.size))
+            if ranged is not None:
+                ranged[name] = (mn, mx, am, bad)
             if mn <= mx:
                 a, t = ranges.get(name, (0.0, -np.inf))
                 ranges[name] = (max(a, float(am)), max(t, float(mx)))

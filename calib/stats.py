@@ -211,10 +211,11 @@ class HistogramCollector:
     trt_derived: dict = field(default_factory=dict)  # read tensor -> [(Relu/Clip output, hi)] counted from it
     trt_pending: dict = field(default_factory=dict)  # derived output -> its TrtGrid, until derive()
 
-    def update(self, name: str, array: np.ndarray) -> None:
+    def update(self, name: str, array: np.ndarray, ranged: tuple | None = None) -> None:
         """One read of the values in the common case (they fit the bins kept so far): the |x| histogram,
         TensorRT's grids of this tensor and of the Relu/Clip outputs counted from it, and the zero count; a
-        second one when a value is past a range (the bins are widened, then the batch is counted again)."""
+        second one when a value is past a range (the bins are widened, then the batch is counted again).
+        ranged: calib.kernels.range_stats of these very values, when the caller has it already."""
         from calib.kernels import range_stats
 
         flat = np.ascontiguousarray(array, dtype=np.float32).reshape(-1)  # TensorRT calibrates float32 values
@@ -224,7 +225,7 @@ class HistogramCollector:
         h = self.hists.get(name)
         known = None
         if h is None:  # the first batch of this tensor: its range first, then the bins to fit it
-            known = range_stats(flat, chunks)
+            known = ranged if ranged is not None else range_stats(flat, chunks)
             h = Histogram(np.zeros(self.nbins, np.int64), 2.0 ** _exponent_for(known[2], self.nbins),
                           neg=np.zeros(self.nbins, np.int64) if name in self.signed else None)
             self.hists[name] = h

@@ -250,3 +250,25 @@ def test_collector_keeps_tensorrt_grids_as_tensorrt_does():
         g = col.histogram(name).trt
         assert g.width == w and (g.counts == counts).all(), name
     assert col.histogram("x").zeros == sum(int((b == 0).sum()) for b in batches)
+
+
+def test_update_with_the_range_given_counts_the_same():
+    """The first batch's range, read once for TensorRT's grid ranges, is handed to the collector's first update
+    of the tensor instead of being read again: the same statistics, with and without TensorRT's grids."""
+    from calib.kernels import range_stats
+
+    rng = np.random.default_rng(11)
+    batches = [rng.standard_normal(70_000).astype(np.float32) * s for s in (1.0, 3.0, 0.5)]
+    for trt in (False, True):
+        a = HistogramCollector(signed=frozenset({"t"}))
+        b = HistogramCollector(signed=frozenset({"t"}))
+        if trt:
+            a.trt_first = b.trt_first = {"t": float(np.abs(batches[0]).max())}
+        for i, x in enumerate(batches):
+            a.update("t", x)
+            b.update("t", x, range_stats(x, 1) if i == 0 else None)
+        ha, hb = a.histogram("t"), b.histogram("t")
+        assert np.array_equal(ha.counts, hb.counts) and np.array_equal(ha.neg, hb.neg)
+        assert (ha.width, ha.min, ha.max, ha.absmax, ha.count, ha.zeros) == (hb.width, hb.min, hb.max, hb.absmax,
+                                                                             hb.count, hb.zeros)
+        assert (ha.trt is None) == (not trt) and (not trt or np.array_equal(ha.trt.counts, hb.trt.counts))
