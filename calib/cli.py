@@ -311,9 +311,9 @@ main.add_command(zoo)
 
 def entry() -> None:
     """The `calib` process: the command line, then a quick exit. Once the command is done (its files written and
-    closed), the threads that are not daemons joined and the atexit handlers run, the interpreter's own teardown would take
-    0.2 s more (numba's and ONNX Runtime's modules and objects freed one by one, YOLOv3-tiny's calibration 3.6 s
-    in all); the process ends with the command's exit status instead."""
+    closed), the threads that are not daemons joined and the atexit handlers run, the interpreter's own teardown
+    would take 0.2 s more (numba's and ONNX Runtime's modules and objects freed one by one, YOLOv3-tiny's
+    calibration 3.6 s in all); the process ends with the command's exit status instead."""
     import atexit
     import os
     import sys

@@ -5,6 +5,7 @@ import hashlib
 import json
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +55,10 @@ def printable(name) -> str:
     return raw.decode("utf-8", "backslashreplace")
 
 
-_DIGESTS: dict = {}  # (device, inode, size, mtime) -> sha256: a model is hashed once per process, not per use
+def calib_home() -> Path:
+    """Where calib keeps what outlives a run (fetched models, timing caches, capture graphs): $CALIB_HOME, by
+    default ~/.cache/calib."""
+    return Path(os.environ.get("CALIB_HOME", Path.home() / ".cache" / "calib"))
 
 
 def file_key(path: str | os.PathLike) -> tuple:
@@ -63,16 +67,33 @@ def file_key(path: str | os.PathLike) -> tuple:
     return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
 
 
+def per_file(table: dict, path: str | os.PathLike, make: Callable[[], Any], limit: int = 64):
+    """make(), worked out once per process for the file at `path` while nobody writes it (`table` keyed by the
+    path and its file_key; past `limit` entries the oldest goes). A path that cannot be read is not remembered:
+    make() then says what is wrong with it."""
+    try:
+        key = (str(path), file_key(path))
+    except OSError:
+        return make()
+    if key not in table:
+        if len(table) >= limit:
+            del table[next(iter(table))]
+        table[key] = make()
+    return table[key]
+
+
+_DIGESTS: dict = {}  # a model is hashed once per process, not per use
+
+
 def sha256_file(path: str | os.PathLike) -> str:
-    key = file_key(path)
-    digest = _DIGESTS.get(key)
-    if digest is None:
+    def digest() -> str:
         h = hashlib.sha256()
         with open(path, "rb") as fh:
             for block in iter(lambda: fh.read(1 << 20), b""):
                 h.update(block)
-        digest = _DIGESTS[key] = h.hexdigest()
-    return digest
+        return h.hexdigest()
+
+    return per_file(_DIGESTS, path, digest)
 
 
 def sha256_bytes(data: bytes) -> str:

@@ -445,7 +445,6 @@ def compare_sums(ref, test, nchunks):
     return tot[0], tot[1], tot[2], tot[3], m
 
 
-
 def warm_up() -> None:
     """Load the statistics pass's kernels and those of a default calibration's algorithms (see calib.warmup)."""
     x = np.zeros(8, np.float32)

@@ -9,7 +9,7 @@ import onnx
 from onnx import TensorProto, numpy_helper
 
 from calib.errors import ModelError
-from calib.io import file_key, sha256_file
+from calib.io import per_file, sha256_file
 
 log = logging.getLogger(__name__)
 
@@ -93,19 +93,16 @@ def _elem_types(model: onnx.ModelProto) -> dict[str, int]:
     return types
 
 
-_INFOS: dict = {}  # (path, file_key) -> ModelInfo: the commands inspect one model several times
+_INFOS: dict = {}  # the commands inspect one model several times
 
 
 def inspect_model(path: str | Path, model: onnx.ModelProto | None = None) -> ModelInfo:
     """What calibration needs to know of the model at `path` (`model`: the same file, loaded already)."""
     path = Path(path)
-    try:
-        key = (str(path), file_key(path))
-    except OSError:
-        key = None  # load_model names the file in its error
-    if key in _INFOS:
-        return _INFOS[key]
-    model = model if model is not None else load_model(path)
+    return per_file(_INFOS, path, lambda: _inspect(path, model if model is not None else load_model(path)))
+
+
+def _inspect(path: Path, model: onnx.ModelProto) -> ModelInfo:
     g = model.graph
     init = {t.name for t in g.initializer}
     types = _elem_types(model)
@@ -127,7 +124,7 @@ def inspect_model(path: str | Path, model: onnx.ModelProto | None = None) -> Mod
             if out and types.get(out, TensorProto.FLOAT) in FLOAT_TYPES and out not in ops:
                 acts.append(out)
                 ops[out] = node.op_type
-    info = ModelInfo(
+    return ModelInfo(
         path=path,
         sha256=sha256_file(path),
         inputs=inputs,
@@ -135,9 +132,12 @@ def inspect_model(path: str | Path, model: onnx.ModelProto | None = None) -> Mod
         activations=tuple(acts),
         op_types=ops,
     )
-    if key is not None and len(_INFOS) < 64:
-        _INFOS[key] = info
-    return info
+
+
+def output_names(model: onnx.ModelProto, names: list[str]) -> list[str]:
+    """The graph outputs of with_outputs(model, names), without making the copy."""
+    present = {o.name for o in model.graph.output}
+    return [o.name for o in model.graph.output] + [n for n in names if n not in present]
 
 
 def with_outputs(model: onnx.ModelProto, names: list[str]) -> onnx.ModelProto:

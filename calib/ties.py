@@ -21,7 +21,7 @@ from pathlib import Path
 
 import onnx
 
-from calib.io import file_key
+from calib.io import per_file
 from calib.model import load_model
 
 # Ops whose output holds a subset (or a re-arrangement) of their first input's values: the scale carries over.
@@ -91,22 +91,12 @@ def tie_sources(model: onnx.ModelProto, qdq: bool = False) -> dict[str, tuple[st
     return out
 
 
-_FILES: dict = {}  # (path, file_key) -> the cache rules' tie_sources of a model file, worked out once per process
+_FILES: dict = {}  # the cache rules' tie_sources of model files, worked out once per process
 
 
 def file_tie_sources(path: str | Path, model: onnx.ModelProto | None = None) -> dict[str, tuple[str, ...]]:
     """tie_sources (the cache's rules) of the model file at `path` (`model`: the same file, loaded already)."""
-    try:
-        key = (str(path), file_key(path))
-    except OSError:
-        key = None  # load_model names the file in its error
-    if key is None:
-        return tie_sources(model if model is not None else load_model(path))
-    if key not in _FILES:
-        if len(_FILES) >= 64:  # the oldest out
-            del _FILES[next(iter(_FILES))]
-        _FILES[key] = tie_sources(model if model is not None else load_model(path))
-    return _FILES[key]
+    return per_file(_FILES, path, lambda: tie_sources(model if model is not None else load_model(path)))
 
 
 def tie_amax(model: onnx.ModelProto | None, amax: dict, qdq: bool = False, sources: dict | None = None) -> dict:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from calib.errors import CalibError, ModelError
-from calib.io import atomic_write_bytes
+from calib.io import atomic_write_bytes, calib_home
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +81,7 @@ DATASETS = {
 
 
 def home() -> Path:
-    return Path(os.environ.get("CALIB_HOME", Path.home() / ".cache" / "calib")) / "zoo"
+    return calib_home() / "zoo"
 
 
 def model_path(name: str, root: Path | None = None) -> Path:

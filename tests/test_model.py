@@ -50,3 +50,29 @@ def test_light_inference_matches_full(which):
 def test_inspect_model_with_loaded_proto(tiny_model):
     proto = onnx.load(str(tiny_model))
     assert inspect_model(tiny_model, proto) == inspect_model(tiny_model)
+
+
+def test_per_file_remembers_while_the_file_is_unchanged(tmp_path):
+    """calib.io.per_file (model hashes, inspections, cache ties): once per file while nobody writes it, the oldest
+    entry out past the limit, a missing file never remembered."""
+    import os
+
+    from calib.io import per_file
+
+    table, calls = {}, []
+    files = [tmp_path / f"m{i}.onnx" for i in range(3)]
+    for f in files:
+        f.write_bytes(b"x")
+
+    def make(f):
+        return lambda: calls.append(f.name) or f.name.upper()
+
+    assert [per_file(table, f, make(f), limit=2) for f in files[:2] * 2] == ["M0.ONNX", "M1.ONNX"] * 2
+    assert calls == ["m0.onnx", "m1.onnx"]
+    per_file(table, files[2], make(files[2]), limit=2)  # m0 out
+    assert [k[0] for k in table] == [str(files[1]), str(files[2])]
+    os.utime(files[1], ns=(1, 1))  # rewritten: worked out again
+    assert per_file(table, files[1], make(files[1]), limit=2) == "M1.ONNX" and calls[-1] == "m1.onnx"
+    missing = tmp_path / "gone.onnx"
+    assert per_file(table, missing, make(missing), limit=2) == "GONE.ONNX"
+    assert str(missing) not in [k[0] for k in table]

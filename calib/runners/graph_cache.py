@@ -18,7 +18,7 @@ import platform
 from functools import cache
 from pathlib import Path
 
-from calib.io import atomic_write_bytes
+from calib.io import atomic_write_bytes, calib_home
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +27,7 @@ MAX_FILES = 32
 
 
 def folder() -> Path:
-    return Path(os.environ.get("CALIB_HOME", Path.home() / ".cache" / "calib")) / "ort"
+    return calib_home() / "ort"
 
 
 @cache

@@ -13,7 +13,7 @@ import onnx
 import onnxruntime as ort
 
 from calib.errors import DataError, ModelError
-from calib.model import load_model, with_outputs
+from calib.model import load_model, output_names, with_outputs
 
 log = logging.getLogger(__name__)
 
@@ -92,9 +92,7 @@ class OrtRunner:
         reorders (from the graph kept on disk when there is one: then the exposed copy is not even made)."""
         from calib.runners import graph_cache
 
-        present = set(self._graph_outputs)
-        names = self._graph_outputs + [n for n in expose if n not in present]  # those of with_outputs
-        k = graph_cache.key(model_sha256, names) if model_sha256 else None
+        k = graph_cache.key(model_sha256, output_names(proto, expose)) if model_sha256 else None
         hit = graph_cache.lookup(k) if k else None
         if hit is not None:
             kind, path = hit
