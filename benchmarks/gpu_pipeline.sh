@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# Issue 32's GPU work as one background pipeline on the device machine, so that no build is cut at the end of a
+# device call: `start` copies the tree to /tmp/calib-run and runs the steps there one after another, detached
+# (setsid: it outlives the call that starts it and runs until the machine goes back); `collect` waits for it up to
+# WAIT_S seconds and packs what is there into OUT (two files: res.tgz and progress.log; the tables on stdout).
+#   bash benchmarks/gpu_pipeline.sh start STEP[,STEP...]
+#   bash benchmarks/gpu_pipeline.sh collect OUT WAIT_S
+#   bash benchmarks/gpu_pipeline.sh stop
+# Needs /opt/trt86.env and the extras of the staging, made on a CPU machine under benchmarks/gpu-stage/ (ignored):
+#   qdq22       benchmarks/qdq_prepare.py's qdq22 folder (the models not run can stay out)
+#   calib-home  zoo/yolov8n-320 and zoo/minilm-l6 (`calib zoo fetch`, copied from $CALIB_HOME/zoo) and
+#               minilm_sentences192.npz (the first 192 lines of datasets/sentences.txt through the zoo tokenizer, as
+#               tests/gpu/test_minilm_gpu.py reads them: input_ids, attention_mask, token_type_ids)
+#   TRT_STAGE_PART_MB=36 bash <trt-device>/stage.sh -r requirements-device.txt benchmarks/gpu-stage/qdq22 \
+#     benchmarks/gpu-stage/calib-home
+# STEPs, in the order given:
+#   functional  deploy_gpu.sh's profiles, minilm-test and plugins at builder level 1, side by side (functional
+#               runs: their latencies are not timings); MiniLM's sentences from a staged .npz (no tokenizer there)
+#   ranks-yolov8n  YOLOv8n's implicit engines of the four caches (qdq_table rank-*, accuracy only, two processes)
+#   qdq-yolov3-tiny, qdq-yolov8n   issue 22's table at batch 4, level 1 (QDQ_DEADLINE s each, default 520)
+#   qdq-mbv2    MobileNetV2 at level 3, batch 32: implicit, calib-qdq, calib-qdq-like, fp16
+#   minilm-run, yolov8n-run        deploy_gpu.sh's `calib run` steps (level 1)
+set -uo pipefail; shopt -s nullglob
+P=/tmp/pipe R=/tmp/pipe/res
+case $1 in
+  start)
+    rm -rf /tmp/calib-run "$P" && mkdir -p "$R" /tmp/calib-run
+    tar cf - --exclude=./.trt-stage --exclude=./.git --exclude=./.venv . | tar xf - -C /tmp/calib-run
+    cd /tmp/calib-run && setsid nohup bash benchmarks/gpu_pipeline.sh run "$2" > "$P/pipeline.log" 2>&1 < /dev/null &
+    sleep 1; echo "pipeline started: $2"
+    ;;
+  run)
+    . "${TRT_ENV:-/opt/trt86.env}"
+    export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 CALIB_HOME=/opt/extra/calib-home TESTS_S=${TESTS_S:-400} \
+      CALIB_MINILM_NPZ=/opt/extra/calib-home/minilm_sentences192.npz
+    export CALIB_TRT_TACTIC_SOURCES=${CALIB_TRT_TACTIC_SOURCES:-EDGE_MASK_CONVOLUTIONS,JIT_CONVOLUTIONS}
+    echo $$ > "$P/pid"
+    { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+      python3.10 -c 'import tensorrt; print("tensorrt", tensorrt.__version__)'; } > "$R/device.txt" 2>&1
+    log() { echo "$(date +%T) $*" | tee -a "$P/progress.log"; }
+    qdq() {  # MODEL LEVEL BATCH JOBS OUTDIR [TIMEOUT]
+      timeout "${6:-600}" python3.10 benchmarks/qdq_table.py --model "$1" --data /opt/extra/qdq22 --out "$5" \
+        --opt-level "$2" --batch "$3" --only "$4" --deadline-s "${QDQ_DEADLINE:-520}"
+    }
+    for step in ${2//,/ }; do
+      t0=$SECONDS; log "start $step"
+      case $step in
+        functional)  # the three deploy tests side by side (plugins capped at PLUGINS_S)
+          bash benchmarks/deploy_gpu.sh "$R/deploy" 1 profiles > "$R/deploy-a.log" 2>&1 &
+          bash benchmarks/deploy_gpu.sh "$R/deploy-minilm" 1 minilm-test > "$R/deploy-b.log" 2>&1 &
+          [ "${PLUGINS_S:-260}" = 0 ] || TESTS_S=${PLUGINS_S:-260} bash benchmarks/deploy_gpu.sh "$R/deploy-plugins" 1 plugins > "$R/deploy-c.log" 2>&1 &
+          wait
+          ;;
+        ranks-yolov8n)  # YOLOv8n's implicit engines of the four caches (accuracy only), two processes
+          QDQ_DEADLINE=900 qdq yolov8n 1 4 rank-minmax,rank-entropy /tmp/qdq22/yolov8n-rank-a 330 > "$R/rank-a.log" 2>&1 &
+          QDQ_DEADLINE=900 qdq yolov8n 1 4 rank-percentile,rank-mse /tmp/qdq22/yolov8n-rank-b 330 > "$R/rank-b.log" 2>&1 &
+          wait
+          ;;
+        qdq-yolov3-tiny|qdq-yolov8n)
+          m=${step#qdq-}
+          qdq "$m" 1 4 implicit,calib-qdq,calib-qdq-like,modelopt-qdq,fp16 "/tmp/qdq22/$m" > "$R/qdq-$m.log" 2>&1
+          echo "exit $?" >> "$R/qdq-$m.log"
+          ;;
+        qdq-mbv2)  # the staging leaves out MobileNetV2's FP32 model: the tree's golden copy is the same file
+          [ -f /opt/extra/qdq22/mbv2/model.onnx ] ||
+            cp tests/golden/trt86-h200/mobilenet_v2/mobilenet_v2_imagenet.onnx /opt/extra/qdq22/mbv2/model.onnx
+          QDQ_DEADLINE=${MBV2_DEADLINE:-420} qdq mbv2 3 32 implicit,calib-qdq,calib-qdq-like,fp16 /tmp/qdq22/mbv2 \
+            > "$R/qdq-mbv2.log" 2>&1
+          echo "exit $?" >> "$R/qdq-mbv2.log"
+          ;;
+        minilm-run) bash benchmarks/deploy_gpu.sh "$R/deploy-run" 1 minilm > "$R/deploy-minilm-run.log" 2>&1 ;;
+        yolov8n-run) bash benchmarks/deploy_gpu.sh "$R/deploy-run8" 1 yolov8n > "$R/deploy-yolov8n-run.log" 2>&1 ;;
+        *) log "unknown step $step" ;;
+      esac
+      log "end $step: $((SECONDS - t0)) s"
+    done
+    log "all done"; touch "$P/done"
+    ;;
+  collect)
+    out=$2 end=$((SECONDS + $3))
+    while [ $SECONDS -lt $end ] && [ ! -f "$P/done" ]; do sleep 2; done
+    mkdir -p "$R/qdq"
+    for d in /tmp/qdq22/*/; do
+      n=$(basename "$d"); mkdir -p "$R/qdq/$n"
+      for f in table.json table.md layers.json profile.json; do [ -f "$d/$f" ] && cp "$d/$f" "$R/qdq/$n/"; done
+    done
+    tar czf "$out/res.tgz" --exclude='*.engine' --exclude='*.onnx' --exclude='*.timing' -C "$P" res pipeline.log \
+      progress.log 2>/dev/null
+    cp "$P/progress.log" "$out/" 2>/dev/null
+    cat "$P/progress.log" 2>/dev/null; for f in "$R"/qdq/*/table.md; do [ -f "$f" ] && { echo "== $f"; cat "$f"; }; done
+    for f in "$R"/deploy*/pytest-*.log; do [ -f "$f" ] && { echo "== $f"; tail -4 "$f"; }; done
+    for f in "$R"/qdq-*.log; do [ -f "$f" ] && { echo "== $f"; grep -v 'it/s' "$f" | tail -3 | cut -c1-300; }; done
+    ls -la "$out"; [ -f "$P/done" ] && echo PIPELINE-DONE || echo "PIPELINE-RUNNING: $(tail -1 "$P/progress.log")"
+    ;;
+  stop)
+    [ -f "$P/pid" ] && kill -- -"$(ps -o pgid= -p "$(cat "$P/pid")" | tr -d ' ')" && echo stopped
+    ;;
+esac
