@@ -48,6 +48,7 @@ def test_the_layers_name_every_room():
     ("calib/quantize/cache.py", "calib.cli", "each room imports only rooms below it"),  # a room two floors down
     ("calib/deploy/simulate.py", "calib.evaluate.metrics", "each room imports only rooms below it"),
     ("calib/calibrate.py", "calib.deploy.precision", "each room imports only rooms below it"),  # side by side
+    ("calib/quantize/qdq.py", "calib.recipe", "each room imports only rooms below it"),
     ("calib/runners/onnxruntime.py", "calib.runners.tensorrt.compat", "the two backends do not know each other"),
     ("calib/stats/kernels.py", "calib.stats.warmup", "no import cycle between the modules of one package"),
 ])
