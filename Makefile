@@ -10,8 +10,8 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
-	@echo "compiling calib's statistics kernels (once; numba keeps them beside calib/kernels.py)"
-	$(BIN)/python -c "from calib.kernels import warm_up; warm_up()"
+	@echo "compiling calib's statistics kernels (once; numba keeps them beside calib/stats/kernels.py)"
+	$(BIN)/python -c "from calib.stats.kernels import warm_up; warm_up()"
 	touch $(STAMP)
 
 run: $(STAMP)          ## the main job: YOLOv3-tiny, all algorithms, report in runs/yolo/

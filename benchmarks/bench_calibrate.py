@@ -80,7 +80,7 @@ def job(name: str, samples: int, batch: int) -> dict:
     elif name == "calib":
         from calib.calibrate import calibrate
 
-        from calib.kernels import abs_histogram, kl_divergences, mse_errors, range_stats
+        from calib.stats.kernels import abs_histogram, kl_divergences, mse_errors, range_stats
 
         range_stats(x[0].ravel(), 1)  # compile outside the timing
         abs_histogram(x[0].ravel(), 1.0, 16, 1, True)
@@ -157,8 +157,8 @@ def calib_in_process(which: str, out: str) -> float:
     """`calib calibrate` in this process after its imports and its kernels' load: the in-process figure."""
     import importlib
 
-    from calib import warmup
     from calib.cli import main
+    from calib.stats import warmup
 
     importlib.import_module("calib.calibrate")  # what the command imports
     warmup.start()

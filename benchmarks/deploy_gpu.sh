@@ -53,7 +53,7 @@ for step in ${steps//,/ }; do
       echo "exit $?" >> "$out/minilm.log"; grep -v 'it/s\|img/s' "$out/minilm.log" | tail -15
       ;;
     nms)  # not in the default list: calib run on YOLOv8n + EfficientNMS_TRT (the cut graph calibrated, the whole built)
-      $py -c 'import sys, onnx; from calib import zoo; from calib.plugins import add_efficient_nms
+      $py -c 'import sys, onnx; from calib import zoo; from calib.deploy.plugins import add_efficient_nms
 onnx.save(add_efficient_nms(onnx.load(str(zoo.fetch("yolov8n-320")))), sys.argv[1])' "$out/yolov8n-320-nms.onnx"
       nms_model=$(realpath "$out/yolov8n-320-nms.onnx")
       timeout -s ABRT ${NMS_S:-300} $py -X faulthandler -m calib run recipes/yolov8n.yaml --set backend.kind=tensorrt \

@@ -35,12 +35,12 @@ def main() -> None:
         OUT = ROOT / "benchmarks" / "mbv2eq"
     import onnx
 
-    from calib import cache as cachefmt
     from calib.calibrate import collect, compute_all
     from calib.data.sources import make_source
     from calib.evaluate.api import evaluate
-    from calib.fallback import quantizable_layers
-    from calib.qdq import Exclusions
+    from calib.quantize import cache as cachefmt
+    from calib.quantize.qdq import quantizable_layers
+    from calib.quantize.qdq import Exclusions
     from calib.recipe import load_recipe
     from calib.runners.tensorrt.builder import read_layer_precisions
     from calib.runners.tensorrt.inspect import node_precisions

@@ -167,7 +167,7 @@ def main() -> None:
     import tensorrt as trt
 
     import calib
-    from calib.cache import read_cache
+    from calib.quantize.cache import read_cache
     from calib.runners.tensorrt.builder import BuildSpec, build, write_engine
     from calib.runners.tensorrt.calibrators import cache_calibrator
     from calib.runners.tensorrt.device import Cuda

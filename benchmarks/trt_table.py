@@ -47,7 +47,7 @@ def run_all(runner, x, batch):
 
 
 def cache_agreement(ours, gold) -> dict:
-    from calib.cache import read_cache
+    from calib.quantize.cache import read_cache
 
     a, b = read_cache(ours), read_cache(gold)
     rel = sorted(abs(a.scales[n] / b.scales[n] - 1) for n in b.scales if n in a.scales and b.scales[n] > 0)
@@ -113,8 +113,8 @@ def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     import tensorrt as trt
 
-    from calib.cache import read_cache
     from calib.data.arrays import ArraySource
+    from calib.quantize.cache import read_cache
     from calib.runners.onnxruntime import OrtRunner
     from calib.runners.tensorrt.builder import BuildSpec, build
     from calib.runners.tensorrt.calibrators import cache_calibrator, make_calibrator

@@ -4,7 +4,7 @@ The public API is imported lazily so that `import calib` stays cheap.
 """
 from __future__ import annotations
 
-__version__ = "0.1.0"
+from calib.version import __version__
 
 __all__ = ["__version__", "calibrate", "evaluate", "equalize_model", "CalibError"]
 

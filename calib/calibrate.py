@@ -12,21 +12,21 @@ import numpy as np
 import onnx
 from onnx import TensorProto
 
-import calib
-from calib import cache as cachefmt
-from calib import warmup
 from calib.algorithms import registry
 from calib.data.arrays import as_source
 from calib.data.prefetch import prefetch
 from calib.errors import CalibError, DataError
-from calib.fingerprint import fingerprint_update  # noqa: F401  (re-exported)
-from calib.memory import release
-from calib.model import ModelInfo, inspect_model, load_model, relu_bounds
-from calib.nvtx import nvtx_range
-from calib.progress import bar
-from calib.publish import publish
-from calib.stats import DEFAULT_BINS, HistogramCollector
-from calib.ties import file_tie_sources, tie_amax, tie_sources
+from calib.io.fingerprint import fingerprint_update  # noqa: F401  (re-exported)
+from calib.io.memory import release
+from calib.io.nvtx import nvtx_range
+from calib.io.progress import bar
+from calib.io.publish import publish
+from calib.quantize import cache as cachefmt
+from calib.quantize.model import ModelInfo, inspect_model, load_model, relu_bounds
+from calib.quantize.ties import file_tie_sources, tie_amax, tie_sources
+from calib.stats import warmup
+from calib.stats.histogram import DEFAULT_BINS, HistogramCollector
+from calib.version import __version__
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +65,7 @@ class CalibrationResult:
     def sidecar(self, algo: str, trt_version: str, carrier: str, extra: dict | None = None) -> cachefmt.Sidecar:
         return cachefmt.Sidecar(algorithm=algo, params=self.params[algo], amax=self.amax[algo],
                                 model_sha256=self.info.sha256, data_fingerprint=self.fingerprint,
-                                calib_version=calib.__version__, trt_version=trt_version, carrier=carrier,
+                                calib_version=__version__, trt_version=trt_version, carrier=carrier,
                                 samples=self.samples, extra=extra or {})
 
     def write(self, out_dir: str | Path, trt_version: str = "8600", carrier: str = cachefmt.DEFAULT_CARRIER,
@@ -232,8 +232,8 @@ def needs_tensorrt_grid(algorithms, params: dict | None = None) -> bool:
 def _ranges(outs: dict, wanted: list, ranges: dict | None = None, ranged: dict | None = None) -> dict:
     """tensor -> (absmax, max) over the float outputs of one run, merged into `ranges`; `ranged` gets each
     output's range_stats (for the collector's first update of it, which then need not read it for its range)."""
-    from calib.kernels import range_stats
-    from calib.stats import chunks_for
+    from calib.stats.histogram import chunks_for
+    from calib.stats.kernels import range_stats
 
     ranges = {} if ranges is None else ranges
     for name in wanted:
@@ -271,7 +271,7 @@ def _first_batch_ranges(runner, batch: dict, wanted: list, micro_batch: int, der
 
 def compute_all(stats: HistogramCollector, tensors, algorithms, params: dict | None = None,
                 model: str | Path | onnx.ModelProto | None = None):
-    """algorithm -> {tensor: amax}; with `model`, after TensorRT's scale ties (calib.ties), as every cache has them."""
+    """algorithm -> {tensor: amax}; with `model`, after TensorRT's scale ties (calib.quantize.ties), as every cache has them."""
     params = params or {}
     sources = None
     if model is not None:
@@ -298,7 +298,7 @@ def calibrate(model: str | Path, data, algorithms=ALL_ALGORITHMS, params: dict |
     every algorithm.
 
     Returns a CalibrationResult; with `out`, also writes <algo>.cache and <algo>.json there, published as a whole
-    (calib.publish: the previous contents stay until every file is written). With `equalize`, cross-layer
+    (calib.io.publish: the previous contents stay until every file is written). With `equalize`, cross-layer
     equalization first: the caches are then for OUT/<model>.equalized.onnx (written too; needs `out`).
     give_back: the pass's memory returned to the system at its end (calib.calibrate.collect)."""
     algorithms = [algorithms] if isinstance(algorithms, str) else list(algorithms)

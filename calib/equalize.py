@@ -24,7 +24,7 @@ import onnx
 from onnx import numpy_helper
 
 from calib.errors import ModelError
-from calib.model import constant_value, node_attr, relu_bounds
+from calib.quantize.model import constant_value, node_attr, relu_bounds
 
 log = logging.getLogger(__name__)
 
@@ -189,7 +189,7 @@ def equalize_file(model_path, source, out_path, max_batches: int | None = None) 
     import itertools
     from pathlib import Path
 
-    from calib.io import atomic_write_bytes
+    from calib.io.files import atomic_write_bytes
     from calib.runners.onnxruntime import OrtRunner
 
     model = onnx.load(str(model_path))

@@ -4,26 +4,27 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
+from functools import partial
 from pathlib import Path
 
 import onnx
 
-import calib
-from calib import cache as cachefmt
 from calib.calibrate import collect, compute_all, needs_tensorrt_grid
 from calib.data.sources import make_source
-from calib.evaluate.api import evaluate
-from calib.evaluate.report import summary, write_reports
+from calib.deploy.plugins import cut_file
 from calib.errors import RecipeError
+from calib.evaluate.api import evaluate
+from calib.evaluate.report import primary_score, summary, write_reports
 from calib.evaluate.tasks import check_task
-from calib.io import atomic_write_bytes
-from calib.model import inspect_model
-from calib.plugins import cut_file
-from calib.progress import setup_logging
-from calib.publish import publish
-from calib.qdq import insert_qdq
+from calib.io.files import atomic_write_bytes
+from calib.io.progress import setup_logging
+from calib.io.publish import publish
+from calib.quantize import cache as cachefmt
+from calib.quantize.model import inspect_model
+from calib.quantize.qdq import insert_qdq
 from calib.recipe import Recipe
-from calib.zoo import resolve
+from calib.version import __version__
+from calib.zoo.registry import resolve
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +41,7 @@ def run_recipe(recipe: Recipe, out: str | Path | None = None, verbose: bool = Fa
 
 def staged(out: Path, work, verbose: bool = False, command: str = "run") -> Path:
     """Call work(stage) on a staging folder (with its run.log); publish it as `out` only if it succeeds
-    (calib.publish: the previous results stay whole until then)."""
+    (calib.io.publish: the previous results stay whole until then)."""
 
     def log_to(stage):
         setup_logging(verbose, stage / "run.log" if stage is not None else None)
@@ -75,14 +76,14 @@ def check_backend(recipe: Recipe, model_path: Path | None = None) -> None:
     settings consistent, its layer precision patterns naming layers of the model."""
     if recipe.backend.kind != "tensorrt":
         return
-    from calib.engine_jobs import check, layer_precision_rules
+    from calib.deploy.jobs import check, layer_precision_rules
     from calib.runners.tensorrt import compat
 
     check(recipe)
     rules = layer_precision_rules(recipe)
     if rules and model_path is not None:
-        from calib.model import load_model
-        from calib.patterns import check_layer_precisions
+        from calib.quantize.model import load_model
+        from calib.quantize.patterns import check_layer_precisions
 
         check_layer_precisions(load_model(model_path), rules, str(model_path),
                                f"{recipe.source}: backend.layer_precisions:")
@@ -92,10 +93,10 @@ def check_backend(recipe: Recipe, model_path: Path | None = None) -> None:
 def deployed_precision(model_path, deploy: str = "implicit", engine_layers: str | None = None,
                        where: str = "evaluation.engine_layers"):
     """The precision model of the build that will be deployed (`deploy`: implicit | qdq): read from an engine's
-    inspector (`engine_layers`, an engine sidecar or inspector JSON) or predicted by rules (calib.precision)."""
-    from calib import precision as pr
+    inspector (`engine_layers`, an engine sidecar or inspector JSON) or predicted by rules (calib.deploy.precision)."""
+    from calib.deploy import precision as pr
     from calib.errors import CalibError
-    from calib.fallback import quantizable_layers
+    from calib.quantize.qdq import quantizable_layers
 
     model = onnx.load(str(model_path), load_external_data=False)
     mode = "explicit" if deploy == "qdq" else "implicit"
@@ -120,7 +121,7 @@ def _run(recipe: Recipe, stage: Path, final: Path | None = None) -> None:
                  ", ".join(sorted({p.op_type for p in plugins})), model_path.name)
     info = inspect_model(model_path)
     deployed = Path(original if plugins else model_path)  # what TensorRT builds and the Q/DQ model is made of
-    log.info("calib %s, recipe %s, model %s (%d tensors to calibrate)", calib.__version__, recipe.source,
+    log.info("calib %s, recipe %s, model %s (%d tensors to calibrate)", __version__, recipe.source,
              model_path, len(info.activations))
     inputs = info.inputs  # the sources feed every model input, by name
     c = recipe.calibration
@@ -153,7 +154,7 @@ def _run(recipe: Recipe, stage: Path, final: Path | None = None) -> None:
     side_extra = {"recipe": Path(recipe.source).name, "preprocess": dataclasses.asdict(recipe.preprocess)}
     for algo in c.algorithms:
         p = cachefmt.write_cache(stage / f"{algo}.cache", amax[algo], c.trt_version, c.carrier)
-        sc = cachefmt.Sidecar(algo, used[algo], amax[algo], info.sha256, fp, calib.__version__, c.trt_version,
+        sc = cachefmt.Sidecar(algo, used[algo], amax[algo], info.sha256, fp, __version__, c.trt_version,
                               c.carrier, samples, side_extra)
         cachefmt.write_sidecar(p, sc)
         files += [p.name, p.with_suffix(".json").name]
@@ -161,7 +162,7 @@ def _run(recipe: Recipe, stage: Path, final: Path | None = None) -> None:
              time.perf_counter() - t0)
     configs, exclude, engines, es, extra_precision = dict(amax), {}, {}, None, {}
     if trt_backend:
-        from calib import engine_jobs as trt_engines
+        from calib.deploy import jobs as trt_engines
 
         csrc_trt = make_source(recipe.calibration_data, recipe.preprocess, inputs, recipe.backend.batch_size)
         es = trt_engines.build_engines(recipe, deployed if plugins else model_path, info, amax, csrc_trt, stage,
@@ -179,7 +180,8 @@ def _run(recipe: Recipe, stage: Path, final: Path | None = None) -> None:
         if es is not None:
             trt_engines.time_engines(es, make_source(espec, recipe.preprocess, inputs, recipe.backend.batch_size),
                                      recipe.backend.batch_size)
-            engine_file = trt_engines.write_best(es, result, stage, (deployed if plugins else Path(model_path)).stem)
+            stem = (deployed if plugins else Path(model_path)).stem
+            engine_file = trt_engines.write_best(es, result, stage, stem, partial(primary_score, task=result["task"]))
             files += [engine_file, f"{engine_file}.json"] if engine_file else []
             files += trt_engines.write_profiles(es, stage)
     finally:
@@ -193,7 +195,7 @@ def _run(recipe: Recipe, stage: Path, final: Path | None = None) -> None:
     q = insert_qdq(onnx.load(str(qdq_from)), amax[best], int8_weights=c.int8_weights)
     atomic_write_bytes(stage / qdq_name, q.SerializeToString())
     files += [f for f in (qdq_name, "report.json", "report.md", "report.html", "run.log") if f not in files]
-    report = {"recipe": recipe.name, "recipe_file": recipe.source, "calib_version": calib.__version__,
+    report = {"recipe": recipe.name, "recipe_file": recipe.source, "calib_version": __version__,
               "model": recipe.model if recipe.model.startswith("zoo:") else str(original),
               "model_sha256": info.sha256,
               "skipped_images": skipped,

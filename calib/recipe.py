@@ -17,8 +17,8 @@ from pathlib import Path
 import yaml
 
 from calib.errors import CalibError, RecipeError
-from calib.io import read_bounded
-from calib.yamlload import YamlLimitError, load_yaml
+from calib.io.files import read_bounded
+from calib.io.yamlload import YamlLimitError, load_yaml
 
 MAX_RECIPE_BYTES = 4 << 20
 PATH = {"path": True}
@@ -97,7 +97,7 @@ class EvaluationSpec:
     histograms: int = field(default=6, metadata=NON_NEGATIVE)  # tensors with a histogram plot in the report
     # the build that will be deployed, simulated to rank the algorithms: implicit INT8 from the cache (int8 + fp16)
     # or the Q/DQ model; with engine_layers (an engine's JSON sidecar or inspector JSON) its precisions are read
-    # from that engine instead of predicted by rules (calib.precision)
+    # from that engine instead of predicted by rules (calib.deploy.precision)
     deploy: str = field(default="implicit", metadata={"choices": ("implicit", "qdq")})
     engine_layers: str | None = field(default=None, metadata=PATH)
 

@@ -86,10 +86,11 @@ assert d["ship"] == "percentile" and d["status"] == "best", d"""),
         ("md", "Where minmax and percentile disagree most (ratio of amax, percentile / minmax):"),
         ("code", """cli("cache", "diff", OUT / "caches" / "minmax.cache", OUT / "caches" / "percentile.cache", "--top", "5")"""),
         ("code", """import onnx
-from calib.cache import read_cache
 from calib.data.sources import make_source
-from calib.fallback import Scorer, budget_target, quantizable_layers, rank, search
+from calib.quantize.cache import read_cache
+from calib.quantize.qdq import quantizable_layers
 from calib.recipe import DataSpec, PreprocessSpec
+from calib.search.fallback import Scorer, budget_target, rank, search
 spec = PreprocessSpec(resize=(256,), crop=(224,), mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225))
 src = make_source(DataSpec(kind="folder", path=str(photos), limit=16, offset=64, seed=0), spec, "input", 16)
 x = next(iter(src))["input"]

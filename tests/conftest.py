@@ -167,7 +167,7 @@ def _photos_224() -> Path:
     import subprocess
     import sys
 
-    from calib.io import sha256_file
+    from calib.io.files import sha256_file
 
     p = GOLDEN / "mobilenet_v2" / "photos_224.npy"
     if p.is_file():

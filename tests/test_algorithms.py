@@ -5,7 +5,7 @@ import pytest
 from calib.algorithms import compute, names
 from calib.algorithms.registry import check_params
 from calib.errors import CalibError
-from calib.stats import Histogram, HistogramCollector
+from calib.stats.histogram import Histogram, HistogramCollector
 
 
 def hist_of(counts, width=1.0, absmax=None):
@@ -105,7 +105,7 @@ def divergences(bins: np.ndarray, num_levels: int = 128, stride: int = 1) -> tup
     """KL divergence for every candidate threshold i (in bins); returns (i values, divergences).
 
     The plain numpy statement of the search, O(bins^2), that the compiled O(bins * levels) kernel
-    calib.kernels.kl_divergences (used by the entropy algorithm) is held to."""
+    calib.stats.kernels.kl_divergences (used by the entropy algorithm) is held to."""
     n = bins.size
     cum = np.concatenate([[0.0], np.cumsum(bins)])
     nz = (bins > 0).astype(np.float64)
@@ -130,7 +130,7 @@ def divergences(bins: np.ndarray, num_levels: int = 128, stride: int = 1) -> tup
 
 
 def test_compiled_kl_search_equals_plain_numpy():
-    from calib.kernels import kl_divergences
+    from calib.stats.kernels import kl_divergences
 
     rng = np.random.default_rng(5)
     for shape in (0.5, 1.0, 3.0):

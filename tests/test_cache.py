@@ -5,10 +5,10 @@ import struct
 import numpy as np
 import pytest
 
-from calib.cache import (amax_to_hex, check_model_hash, format_cache, hex_to_scale, parse_cache, read_cache,
+from calib.quantize.cache import (amax_to_hex, check_model_hash, format_cache, hex_to_scale, parse_cache, read_cache,
                          validate_against, write_cache)
 from calib.errors import CacheError
-from calib.model import inspect_model
+from calib.quantize.model import inspect_model
 from conftest import golden
 
 

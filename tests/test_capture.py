@@ -54,7 +54,7 @@ def _same_stats(model, source, tensors):
 
 
 def test_blocked_capture_returns_the_same_values_permuted(tmp_path):
-    from calib.model import inspect_model
+    from calib.quantize.model import inspect_model
     from calib.runners.onnxruntime import OrtRunner
 
     model = _blocky(tmp_path / "blocky.onnx")
@@ -75,7 +75,7 @@ def test_blocked_capture_returns_the_same_values_permuted(tmp_path):
 
 def test_blocked_capture_gives_the_same_statistics(tmp_path):
     from calib.data.arrays import ArraySource
-    from calib.model import inspect_model
+    from calib.quantize.model import inspect_model
 
     model = _blocky(tmp_path / "blocky.onnx")
     x = np.random.default_rng(1).normal(0, 1, (20, 3, 16, 16)).astype(np.float32)
@@ -84,7 +84,7 @@ def test_blocked_capture_gives_the_same_statistics(tmp_path):
 
 def test_blocked_capture_on_mobilenet_v2_photos():
     from calib.data.arrays import ArraySource
-    from calib.model import inspect_model
+    from calib.quantize.model import inspect_model
     from calib.runners.onnxruntime import OrtRunner
 
     model = golden("mobilenet_v2", "mobilenet_v2_imagenet.onnx")
@@ -102,7 +102,7 @@ def _files(folder):
 def test_capture_graph_is_kept_and_reused(tmp_path, monkeypatch):
     """The rewritten graph is made once per (model, exposure) and opened from $CALIB_HOME/ort afterwards: the same
     values, the same renames; a different exposure is another graph."""
-    from calib.model import inspect_model
+    from calib.quantize.model import inspect_model
     from calib.runners import graph_cache
     from calib.runners.onnxruntime import OrtRunner
 
@@ -129,7 +129,7 @@ def test_capture_graph_is_kept_and_reused(tmp_path, monkeypatch):
 
 
 def test_unreadable_capture_graph_is_made_again(tmp_path, monkeypatch):
-    from calib.model import inspect_model
+    from calib.quantize.model import inspect_model
     from calib.runners import graph_cache
     from calib.runners.onnxruntime import OrtRunner
 
@@ -165,7 +165,7 @@ def test_capture_graph_folder_keeps_the_most_recent(tmp_path, monkeypatch):
 
 
 def test_capture_graph_folder_that_cannot_be_written_only_costs_time(tmp_path, monkeypatch):
-    from calib.model import inspect_model
+    from calib.quantize.model import inspect_model
     from calib.runners.onnxruntime import OrtRunner
 
     blocker = tmp_path / "home"

@@ -6,8 +6,8 @@ import pytest
 from click.testing import CliRunner
 
 from calib import __version__
-from calib.cache import read_cache
 from calib.cli import main
+from calib.quantize.cache import read_cache
 
 
 def invoke(*args):

@@ -8,8 +8,8 @@ import pytest
 from click.testing import CliRunner
 from PIL import Image
 
-from calib.cache import read_cache
 from calib.cli import main
+from calib.quantize.cache import read_cache
 from conftest import ROOT
 
 PHOTOS = ROOT / "datasets" / "photos"  # real photos from scikit-image (datasets/LICENSES.md)

@@ -3,9 +3,10 @@ import numpy as np
 import pytest
 
 from calib import zoo
-from calib.darknet import darknet_to_onnx, parse_cfg
 from calib.errors import ModelError
 from calib.runners.onnxruntime import OrtRunner
+from calib.zoo import registry
+from calib.zoo.darknet import darknet_to_onnx, parse_cfg
 from conftest import ROOT
 
 
@@ -13,8 +14,8 @@ from conftest import ROOT
 def files(tmp_path_factory):
     d = tmp_path_factory.mktemp("yolo")
     spec = zoo.MODELS["yolov3-tiny"]
-    archive = zoo._download(spec.package, d / "dl")
-    return zoo._extract(archive, spec.files, d)
+    archive = registry._download(spec.package, d / "dl")
+    return registry._extract(archive, spec.files, d)
 
 
 def test_matches_opencv(files):

@@ -8,7 +8,7 @@ from click.testing import CliRunner
 from onnx import TensorProto, helper, numpy_helper
 
 from calib.equalize import HEADROOM, MAX_GAIN, apply, channel_maxima, equalize, find_pairs, gains
-from calib.qdq import insert_qdq
+from calib.quantize.qdq import insert_qdq
 from calib.runners.onnxruntime import OrtRunner
 
 
@@ -115,8 +115,8 @@ def test_clip_bounds_hold_only_within_the_data_and_a_crossing_is_refused(tmp_pat
     """The rewrite through Clip(0, 6) is exact for inputs within the measured range (with headroom), not beyond;
     equalize_file measures on the data it is given and refuses a model whose FP32 outputs moved."""
     import calib.equalize as eqmod
-    from calib.errors import ModelError
     from calib.equalize import equalize_file
+    from calib.errors import ModelError
 
     m = _chain("Clip")
     p = tmp_path / "m.onnx"

@@ -5,7 +5,7 @@ import pytest
 
 from calib.calibrate import calibrate
 from calib.evaluate.layerwise import Comparison, Simulator
-from calib.model import inspect_model
+from calib.quantize.model import inspect_model
 
 
 @pytest.mark.parametrize("micro", [1, 3, 64])

@@ -6,7 +6,8 @@ from click.testing import CliRunner
 from onnx import TensorProto, helper, numpy_helper
 
 from calib.calibrate import calibrate
-from calib.fallback import Scorer, budget_target, layer_precisions, quantizable_layers, rank, search
+from calib.quantize.qdq import quantizable_layers
+from calib.search.fallback import Scorer, budget_target, layer_precisions, rank, search
 
 
 def sensitive_model(path):
@@ -57,7 +58,7 @@ def test_error_split_tells_weights_from_activations(tmp_path):
     assert split["weights_only"]["sqnr_db"] == pytest.approx(want, abs=0.05)
     # activations alone: one scale for convB's input (amax about 1000) rounds channel 0 (at most 1.0) to 0
     assert split["activations_only"]["sqnr_db"] < 3
-    from calib.sensitivity import _split_md
+    from calib.search.sensitivity import _split_md
 
     assert "mostly the activations" in _split_md(split, "output_sqnr")
 
@@ -116,7 +117,7 @@ def test_best_of_per_tensor_picks_the_algorithm_that_helps(tmp_path):
     the first out, a clipping scale (amax 1.0) keeps it. Best-of per tensor takes the clipping scale for that
     one tensor and leaves the others, and the output SQNR goes from ~0 dB to well above 15 dB with no layer in
     float."""
-    from calib.fallback import best_of, layer_inputs
+    from calib.search.fallback import best_of, layer_inputs
 
     p = sensitive_model(tmp_path / "s.onnx")
     x = np.random.default_rng(0).uniform(0.1, 1.0, (16, 2, 4, 4)).astype(np.float32)
@@ -138,7 +139,7 @@ def test_engine_search_on_the_standin_finds_the_sensitive_layer(tmp_path):
     simulation. The stand-in's INT8 engines run the Q/DQ simulation of the layers they hold in INT8, so the
     engine's scores must equal the simulation's, and the answer must be convB."""
     from calib.recipe import load_recipe
-    from calib.engine_search import engine_search, pin_rules
+    from calib.search.engines import engine_search, pin_rules
     from standin.tensorrt import Memory, make_trt
 
     p = sensitive_model(tmp_path / "s.onnx")
@@ -171,7 +172,7 @@ def test_engine_search_on_the_standin_finds_the_sensitive_layer(tmp_path):
 
 def test_engine_scorer_drops_a_pin_that_matches_no_layer(tmp_path):
     from calib.runners.tensorrt.builder import BuildSpec
-    from calib.engine_search import EngineScorer
+    from calib.search.engines import EngineScorer
     from standin.tensorrt import Memory, make_trt
 
     p = sensitive_model(tmp_path / "s.onnx")
@@ -190,8 +191,8 @@ def test_engine_scorer_drops_a_pin_that_matches_no_layer(tmp_path):
 def test_sensitivity_reuses_its_search_only_for_the_same_scales_data_and_settings(tmp_path, monkeypatch):
     import json
 
-    import calib.sensitivity as sens
     from calib.cli import main
+    import calib.search.sensitivity as sens
 
     sensitive_model(tmp_path / "s.onnx")
     np.save(tmp_path / "x.npy", np.random.default_rng(0).uniform(0.1, 1, (8, 2, 4, 4)).astype(np.float32))

@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from calib.cache import read_cache
 from calib.calibrate import calibrate, collect, compute_all
 from calib.data.arrays import as_source
-from calib.model import inspect_model
+from calib.quantize.cache import read_cache
+from calib.quantize.model import inspect_model
 
 ROOT = Path(__file__).resolve().parents[1]
 GOLD = ROOT / "tests" / "golden" / "trt86-h200-entropy"

@@ -3,9 +3,9 @@ import json
 
 import pytest
 
-from calib.cache import read_cache
 from calib.data.arrays import ArraySource, load_array
 from calib.evaluate.api import evaluate
+from calib.quantize.cache import read_cache
 from conftest import golden
 
 # measured on the H200 with TensorRT 8.6 (tests/golden reports): top-1 agreement with FP32, logits SQNR

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from calib.cache import read_cache
 from calib.calibrate import calibrate
+from calib.quantize.cache import read_cache
 from conftest import golden
 
 

@@ -111,7 +111,7 @@ def test_evaluation_of_duplicated_photos_equals_the_deduplicated_one(tmp_path, t
     """Each photo three times under one group: every interval (outputs and per layer) is that of the photos once."""
     from calib.data.sources import make_source
     from calib.evaluate.api import evaluate
-    from calib.model import inspect_model
+    from calib.quantize.model import inspect_model
     from calib.recipe import DataSpec, PreprocessSpec
 
     rng = np.random.default_rng(0)

@@ -10,12 +10,12 @@ from click.testing import CliRunner
 pytest.importorskip("tokenizers")
 
 from calib.calibrate import calibrate  # noqa: E402
-from calib.cache import read_cache  # noqa: E402
 from calib.cli import main  # noqa: E402
 from calib.data.sources import make_source  # noqa: E402
 from calib.errors import DataError, RecipeError  # noqa: E402
-from calib.model import inspect_model  # noqa: E402
-from calib.qdq import insert_qdq  # noqa: E402
+from calib.quantize.cache import read_cache  # noqa: E402
+from calib.quantize.model import inspect_model  # noqa: E402
+from calib.quantize.qdq import insert_qdq  # noqa: E402
 from calib.recipe import DataSpec, PreprocessSpec, load_recipe  # noqa: E402
 from conftest import tiny_transformer, wordpiece_tokenizer  # noqa: E402
 

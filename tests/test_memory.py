@@ -33,8 +33,8 @@ def _rss_growth(model, data, give_back: bool) -> float:
 import numpy as np
 from calib.calibrate import collect
 from calib.data.arrays import as_source
-from calib.memory import release, rss_mb
-from calib.model import inspect_model
+from calib.io.memory import release, rss_mb
+from calib.quantize.model import inspect_model
 from calib.runners.onnxruntime import OrtRunner
 info = inspect_model({str(model)!r})
 src = as_source({str(data)!r}, info.inputs, 4)

@@ -6,7 +6,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from calib.model import infer_shapes, inspect_model
+from calib.quantize.model import infer_shapes, inspect_model
 from conftest import golden
 
 
@@ -53,11 +53,11 @@ def test_inspect_model_with_loaded_proto(tiny_model):
 
 
 def test_per_file_remembers_while_the_file_is_unchanged(tmp_path):
-    """calib.io.per_file (model hashes, inspections, cache ties): once per file while nobody writes it, the oldest
+    """calib.io.files.per_file (model hashes, inspections, cache ties): once per file while nobody writes it, the oldest
     entry out past the limit, a missing file never remembered."""
     import os
 
-    from calib.io import per_file
+    from calib.io.files import per_file
 
     table, calls = {}, []
     files = [tmp_path / f"m{i}.onnx" for i in range(3)]

@@ -37,7 +37,7 @@ def test_missing_module_names_an_installable_command():
 def test_a_zoo_model_needing_torch_says_so_before_downloading(tmp_path, monkeypatch):
     import importlib.util
 
-    from calib import zoo
+    from calib.zoo import registry as zoo
 
     if importlib.util.find_spec("torch") is not None:
         pytest.skip("torch is installed here")

@@ -8,8 +8,8 @@ from click.testing import CliRunner
 
 from calib.cli import main
 from calib.errors import CalibError
-from calib.model import load_model
-from calib.patterns import check_exclusions, check_layer_precisions
+from calib.quantize.model import load_model
+from calib.quantize.patterns import check_exclusions, check_layer_precisions
 from conftest import ROOT
 
 

@@ -5,10 +5,10 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from calib.placement import place
-from calib.qdq import count_qdq, insert_qdq
+from calib.quantize.placement import place
+from calib.quantize.qdq import count_qdq, insert_qdq
+from calib.quantize.ties import tie_amax
 from calib.runners.onnxruntime import OrtRunner
-from calib.ties import tie_amax
 
 RNG = np.random.default_rng(0)
 
@@ -124,12 +124,12 @@ def test_ties_follow_tensorrt():
 
 
 def test_ties_of_a_model_file_are_worked_out_once(tmp_path, monkeypatch):
-    """compute_all's ties come from the pass's parse of the model file (calib.ties.file_tie_sources), not from
+    """compute_all's ties come from the pass's parse of the model file (calib.quantize.ties.file_tie_sources), not from
     loading it again; the same answer as from the graph."""
     import os
 
-    import calib.ties as ties
-    from calib.io import file_key
+    from calib.io.files import file_key
+    import calib.quantize.ties as ties
 
     m = upsample_concat()
     path = tmp_path / "m.onnx"
@@ -213,8 +213,8 @@ def test_int8_weight_initializers_give_the_same_outputs_and_a_smaller_file():
 
 def test_every_cache_calib_writes_carries_the_ties(tmp_path, tiny_model, tiny_data):
     """MaxPool and Flatten outputs take their inputs' scale in every algorithm's cache, as in TensorRT's own."""
-    from calib.cache import read_cache
     from calib.calibrate import calibrate
+    from calib.quantize.cache import read_cache
 
     res = calibrate(tiny_model, tiny_data, ["minmax", "entropy", "percentile", "mse"], out=tmp_path)
     for algo, amax in res.amax.items():

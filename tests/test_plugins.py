@@ -10,7 +10,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from calib.errors import ModelError
-from calib.plugins import (NMS_OUTPUTS, PluginModelRunner, add_efficient_nms, cut_before_plugins, efficient_nms,
+from calib.deploy.plugins import (NMS_OUTPUTS, PluginModelRunner, add_efficient_nms, cut_before_plugins, efficient_nms,
                            is_plugin)
 from calib.runners.tensorrt.builder import BuildSpec, build
 from calib.runners.tensorrt.runner import TrtRunner

@@ -7,12 +7,12 @@ import numpy as np
 import onnx
 import pytest
 
-from calib import precision as P
-from calib.cache import read_cache
-from calib.engine_sim import simulated_model
+from calib.deploy import precision as P
+from calib.deploy.simulate import simulated_model
 from calib.errors import CalibError
-from calib.fallback import quantizable_layers
-from calib.qdq import count_qdq, insert_qdq
+from calib.quantize.cache import read_cache
+from calib.quantize.qdq import quantizable_layers
+from calib.quantize.qdq import count_qdq, insert_qdq
 from calib.runners.onnxruntime import OrtRunner
 from conftest import ROOT, golden
 

@@ -3,7 +3,7 @@ import numpy as np
 import onnx
 import pytest
 
-from calib.qdq import Exclusions, count_qdq, excluded_from, insert_qdq, quantized_inputs
+from calib.quantize.qdq import Exclusions, count_qdq, excluded_from, insert_qdq, quantized_inputs
 from calib.runners.onnxruntime import OrtRunner
 from conftest import conv_relu_gap, single_conv
 

@@ -115,7 +115,7 @@ def test_printed_commands_are_right(tmp_path, tiny_model, tiny_data, monkeypatch
     (--exclude) left without Q/DQ there as in the evaluation, and asked in FP16 of TensorRT."""
     import shlex
 
-    from calib.qdq import count_qdq
+    from calib.quantize.qdq import count_qdq
 
     monkeypatch.chdir(tmp_path)
     out = _evaluate(tmp_path, tiny_model, tiny_data, "--exclude", "conv2")

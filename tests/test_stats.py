@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from calib.stats import HistogramCollector
+from calib.stats.histogram import HistogramCollector
 
 
 def test_counts_and_range_exact():
@@ -120,7 +120,7 @@ def test_derived_histogram_with_nonfinite_input_and_merge():
 def test_pass_derives_relu_output_instead_of_reading_it(tiny_model, tiny_data):
     from calib.calibrate import collect, relu_outputs
     from calib.data.arrays import ArraySource, load_array
-    from calib.model import inspect_model
+    from calib.quantize.model import inspect_model
 
     info = inspect_model(tiny_model)
     assert relu_outputs(tiny_model, info) == {"relu1": ("conv1", float("inf"))}
@@ -138,7 +138,7 @@ def test_pass_derives_relu_output_instead_of_reading_it(tiny_model, tiny_data):
 
 def test_capture_session_settings_change_no_value(tiny_model, tiny_data):
     from calib.data.arrays import load_array
-    from calib.model import inspect_model
+    from calib.quantize.model import inspect_model
     from calib.runners.onnxruntime import OrtRunner
 
     acts = list(inspect_model(tiny_model).activations)
@@ -150,7 +150,7 @@ def test_capture_session_settings_change_no_value(tiny_model, tiny_data):
 
 
 def _reference(x, inv_width, nbins, signed):
-    """Plain numpy answer of calib.kernels.abs_histogram, in float64."""
+    """Plain numpy answer of calib.stats.kernels.abs_histogram, in float64."""
     x = x.astype(np.float64)
     fin = x[np.isfinite(x)]
     k = np.minimum(np.floor(np.abs(fin) * inv_width), nbins - 1).astype(np.int64)
@@ -165,7 +165,7 @@ def _reference(x, inv_width, nbins, signed):
 @pytest.mark.parametrize("signed", [False, True])
 @pytest.mark.parametrize("nchunks", [1, 2, 3])
 def test_histogram_kernel_matches_numpy_on_hard_values(signed, nchunks):
-    from calib.kernels import abs_histogram, range_stats
+    from calib.stats.kernels import abs_histogram, range_stats
 
     rng = np.random.default_rng(7)
     x = (rng.laplace(size=10_007) * 0.3).astype(np.float32)  # not a multiple of the block or the chunks
@@ -191,7 +191,7 @@ def _grid_reference(v, w, nbins=2048):
 
 
 def test_grid_histogram_and_zero_count_against_numpy():
-    from calib.kernels import grid_histogram, histogram_pass
+    from calib.stats.kernels import grid_histogram, histogram_pass
 
     rng = np.random.default_rng(3)
     x = (rng.standard_normal(300_001) * 3).astype(np.float32)
@@ -220,7 +220,7 @@ def test_collector_keeps_tensorrt_grids_as_tensorrt_does():
     """TensorRT's grid of a tensor and of the Relu6 output counted from it, over batches that grow past the range,
     one batch of zeros and non-finite values: the range from the first batch, the width doubled while a batch holds
     a value past it, each batch counted on the grid it ends with."""
-    from calib.stats import HistogramCollector
+    from calib.stats.histogram import HistogramCollector
 
     rng = np.random.default_rng(11)
     batches = [(rng.standard_normal(70_000) * s).astype(np.float32) for s in (1.0, 3.0, 0.5, 9.0)]
@@ -255,7 +255,7 @@ def test_collector_keeps_tensorrt_grids_as_tensorrt_does():
 def test_update_with_the_range_given_counts_the_same():
     """The first batch's range, read once for TensorRT's grid ranges, is handed to the collector's first update
     of the tensor instead of being read again: the same statistics, with and without TensorRT's grids."""
-    from calib.kernels import range_stats
+    from calib.stats.kernels import range_stats
 
     rng = np.random.default_rng(11)
     batches = [rng.standard_normal(70_000).astype(np.float32) * s for s in (1.0, 3.0, 0.5)]

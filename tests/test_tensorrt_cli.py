@@ -10,8 +10,8 @@ import sys
 import numpy as np
 import pytest
 
-from calib.cache import read_cache
-from calib.io import sha256_file
+from calib.io.files import sha256_file
+from calib.quantize.cache import read_cache
 from conftest import GOLDEN, ROOT
 
 CNN = GOLDEN / "cnn" / "cnn.onnx"

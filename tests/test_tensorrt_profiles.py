@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from calib.data.arrays import ArraySource
-from calib.engine_files import bench_engine_file
+from calib.deploy.engine_file import bench_engine_file
 from calib.errors import CalibError, DataError, RecipeError
 from calib.runners.onnxruntime import OrtRunner
 from calib.runners.tensorrt.builder import BuildSpec, build, write_engine
@@ -232,7 +232,7 @@ def test_cli_build_calibrates_at_the_opt_batch(tmp_path):
 
 
 def test_recipe_backend_profiles(tmp_path):
-    from calib.engine_jobs import _check_batch
+    from calib.deploy.jobs import _check_batch
     from calib.recipe import ShapeRangeSpec, load_recipe
 
     np.save(tmp_path / "x.npy", np.zeros((2, 3, 64, 64), np.float32))

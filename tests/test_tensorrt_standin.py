@@ -8,10 +8,10 @@ import json
 import numpy as np
 import pytest
 
-from calib.cache import parse_cache, read_cache, read_sidecar
 from calib.calibrate import calibrate
 from calib.data.arrays import ArraySource
 from calib.errors import CacheError, CalibError, DataError
+from calib.quantize.cache import parse_cache, read_cache, read_sidecar
 from calib.runners.onnxruntime import OrtRunner
 from calib.runners.tensorrt import compat
 from calib.runners.tensorrt.builder import BuildSpec, build, parse_layer_precisions, write_engine
@@ -171,7 +171,7 @@ def test_layer_precisions_by_op_type_name_and_regex(cnn_data):
 
 
 def test_qdq_model_builds_explicitly(tmp_path, cnn_data):
-    from calib.qdq import insert_qdq
+    from calib.quantize.qdq import insert_qdq
     import onnx
 
     res = calibrate(CNN, cnn_data, ["minmax"], batch_size=8)
@@ -192,7 +192,7 @@ def test_qdq_model_builds_explicitly(tmp_path, cnn_data):
 
 
 def test_fp16_in_a_strongly_typed_build_is_honoured_or_refused(tmp_path, cnn_data):
-    from calib.qdq import insert_qdq
+    from calib.quantize.qdq import insert_qdq
     import onnx
 
     res = calibrate(CNN, cnn_data, ["minmax"], batch_size=8)

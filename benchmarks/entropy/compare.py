@@ -24,8 +24,8 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from calib.cache import read_cache  # noqa: E402
 from calib.calibrate import calibrate  # noqa: E402
+from calib.quantize.cache import read_cache  # noqa: E402
 
 GOLDEN = ROOT / "tests" / "golden"
 

@@ -21,7 +21,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import probes  # noqa: E402
-from calib.cache import read_cache  # noqa: E402
+from calib.quantize.cache import read_cache  # noqa: E402
 
 NBINS = 2048
 

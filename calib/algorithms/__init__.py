@@ -1,4 +1,5 @@
-"""Calibration algorithms: pure functions Histogram -> amax, registered by name."""
+"""Calibration algorithms: pure functions Histogram -> amax (minmax, entropy as TensorRT's EntropyCalibration2,
+percentile, mse), registered by name; numpy and the statistics kernels only."""
 from calib.algorithms.registry import ALGORITHMS, compute, get, names
 
 __all__ = ["ALGORITHMS", "compute", "get", "names"]

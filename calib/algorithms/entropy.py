@@ -57,7 +57,7 @@ def compute_amax(hist, num_bins: int = 2048, num_levels: int = 128, zero_bin: st
         bins[0] = bins[1]
     if bins.sum() == 0:
         return top
-    from calib.kernels import kl_divergences, kl_divergences_tensorrt
+    from calib.stats.kernels import kl_divergences, kl_divergences_tensorrt
 
     if trt:
         div = kl_divergences_tensorrt(bins.astype(np.float64), num_levels, num_levels)

@@ -14,7 +14,7 @@ def compute_amax(hist, num_bins: int = 2048, candidates: int = 512, start: float
     keep = counts > 0
     c, h = centers[keep], counts[keep]
     amaxes = np.linspace(start * top, top, candidates)
-    from calib.kernels import mse_errors
+    from calib.stats.kernels import mse_errors
 
     err = mse_errors(c.astype(np.float64), h.astype(np.float64), amaxes)
     return float(amaxes[int(np.argmin(err))])

@@ -12,7 +12,7 @@ from PIL import Image, ImageOps, UnidentifiedImageError
 
 from calib.data.transforms import Letterbox, Preprocessor
 from calib.errors import DataError
-from calib.io import printable
+from calib.io.files import printable
 
 log = logging.getLogger(__name__)
 IMAGE_EXT = {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff", ".ppm", ".pgm", ".gif"}

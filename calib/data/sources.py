@@ -90,9 +90,9 @@ def picked(spec: DataSpec, samples: list) -> list:
 
 
 def _local(path: str) -> str:
-    """A data path, with `zoo:<name>` fetched (calib/zoo.py DATASETS)."""
+    """A data path, with `zoo:<name>` fetched (calib.zoo.registry DATASETS)."""
     if path.startswith("zoo:"):
-        from calib.zoo import fetch_data
+        from calib.zoo.registry import fetch_data
 
         return str(fetch_data(path[4:]))
     return path
@@ -175,7 +175,7 @@ def text_source(spec: DataSpec, inputs, batch_size: int):
 
     if not spec.tokenizer:
         raise DataError(f"{spec.path}: tokenizer: a text data source needs a tokenizer.json")
-    from calib.zoo import tokenizer_path
+    from calib.zoo.registry import tokenizer_path
 
     lines = read_lines(spec.path)
     lines = [lines[i] for i in picked(spec, list(range(len(lines))))]

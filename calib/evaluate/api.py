@@ -13,8 +13,8 @@ from calib.evaluate.detect import DetectionTally
 from calib.evaluate.layerwise import Comparison, Simulator
 from calib.evaluate.metrics import Classification
 from calib.evaluate.tasks import check_task
-from calib.model import inspect_model
-from calib.progress import bar
+from calib.io.progress import bar
+from calib.quantize.model import inspect_model
 from calib.recipe import DetectionSpec
 
 log = logging.getLogger(__name__)
@@ -22,11 +22,11 @@ log = logging.getLogger(__name__)
 
 def _configs(caches, info, checks=None) -> dict:
     """name -> {tensor: amax} from cache paths (checked as every reader checks them: sidecar, model, coverage;
-    `checks` a calib.cachecheck.CacheChecks for deliberate exceptions) or already-made dicts."""
+    `checks` a calib.quantize.cachecheck.CacheChecks for deliberate exceptions) or already-made dicts."""
     out = {}
     for name, c in caches.items():
         if isinstance(c, (str, Path)):
-            from calib.cachecheck import CacheChecks, load_checked
+            from calib.quantize.cachecheck import CacheChecks, load_checked
 
             out[name] = load_checked(c, info, checks or CacheChecks())[0].amaxes()
         else:
@@ -48,8 +48,8 @@ def evaluate(model, caches: dict, source, task: str = "outputs", detection: Dete
              checks=None, batch_size: int = 8, precision: dict | None = None) -> dict:
     """Compare FP32 with INT8 simulations, one per entry of `caches` (name -> cache path or {tensor: amax}), and
     with `engines` (name -> a runner of the same model, e.g. a TensorRT engine; compared on the outputs).
-    Cache paths are checked like the CLI's (`checks`: a calib.cachecheck.CacheChecks for its override flags).
-    `precision`: name -> a calib.precision.PrecisionModel, to simulate that configuration as the engine it
+    Cache paths are checked like the CLI's (`checks`: a calib.quantize.cachecheck.CacheChecks for its override flags).
+    `precision`: name -> a calib.deploy.precision.PrecisionModel, to simulate that configuration as the engine it
     describes runs it (default: calib's Q/DQ placement).
 
     `source`: a Source, or arrays as calib.calibrate takes them (an ndarray, a dict of arrays per model input, a

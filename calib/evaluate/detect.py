@@ -3,24 +3,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from calib.deploy.plugins import iou_one_to_many
 from calib.evaluate.metrics import Detections, coco_map_matches
 from calib.recipe import DetectionSpec
-
-
-def iou_one_to_many(box: np.ndarray, boxes: np.ndarray, floor: float = 1e-12) -> np.ndarray:
-    """IoU of one (x1, y1, x2, y2) box with each of `boxes`. A union under `floor` counts as `floor`; with floor 0
-    the division is exact and an empty union gives 0 (as TensorRT's NMS plugin, calib.plugins)."""
-    x1 = np.maximum(box[0], boxes[:, 0])
-    y1 = np.maximum(box[1], boxes[:, 1])
-    x2 = np.minimum(box[2], boxes[:, 2])
-    y2 = np.minimum(box[3], boxes[:, 3])
-    inter = np.clip(x2 - x1, 0, None) * np.clip(y2 - y1, 0, None)
-    a = (box[2] - box[0]) * (box[3] - box[1])
-    b = (boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1])
-    union = a + b - inter
-    if floor > 0:
-        return inter / np.maximum(union, floor)
-    return np.where(union > 0, inter / np.where(union > 0, union, 1), 0.0)
 
 
 def nms(boxes: np.ndarray, scores: np.ndarray, iou: float) -> np.ndarray:

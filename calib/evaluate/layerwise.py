@@ -7,11 +7,11 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx
 
+from calib.deploy.simulate import simulated_model
 from calib.evaluate.metrics import OutputRows, TensorStats
-from calib.memory import release
-from calib.model import ModelInfo
-from calib.engine_sim import simulated_model
-from calib.qdq import Exclusions, count_qdq
+from calib.io.memory import release
+from calib.quantize.model import ModelInfo
+from calib.quantize.qdq import Exclusions, count_qdq
 from calib.runners.onnxruntime import OrtRunner
 
 log = logging.getLogger(__name__)
@@ -61,7 +61,7 @@ def _layer_intervals(s: np.ndarray, groups) -> dict:
 
 class Simulator:
     """The FP32 model and one Q/DQ model per configuration, all exposing the same tensors (a configuration with a
-    precision model, calib.precision, is simulated as that engine runs it: calib.engine_sim).
+    precision model, calib.deploy.precision, is simulated as that engine runs it: calib.deploy.simulate).
 
     Memory stays bounded: the sessions share one ONNX Runtime arena (they run one at a time), and `compare` runs
     the exposed models `micro_batch` samples at a time, one configuration after the other, folding each one's

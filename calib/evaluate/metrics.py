@@ -24,7 +24,7 @@ class TensorStats:
     def update(self, ref: np.ndarray, test: np.ndarray, per_row: bool = False) -> None:
         """Fold a pair of tensors in; with `per_row`, axis 0 is the samples and each one's sums are kept too
         (for intervals over samples), at no extra pass over the values."""
-        from calib.kernels import compare_sums
+        from calib.stats.kernels import compare_sums
 
         r, t = _flat(ref), _flat(test)
         if r.size != t.size:

@@ -15,7 +15,7 @@ import numpy as np
 from calib.evaluate import report_doc as doc
 from calib.evaluate.confidence import label
 from calib.evaluate.decision import decide
-from calib.io import atomic_write_text
+from calib.io.files import atomic_write_text
 
 MAX_LAYERS_PLOTTED = 80
 _TASK_ORDER = {"classification": ("agreement_top1", "top1", "agreement_top5"),

@@ -1,1 +1,2 @@
-"""Runners execute a model and expose intermediate tensors (see DESIGN.md, Runner protocol)."""
+"""Backends that run, build and calibrate a model and expose its intermediate tensors (ONNX Runtime on the CPU,
+TensorRT on a GPU); they never decide what to run (see DESIGN.md, Runner protocol)."""

@@ -16,7 +16,7 @@ from __future__ import annotations
 import onnx
 from onnx import helper, numpy_helper
 
-from calib.model import infer_shapes
+from calib.quantize.model import infer_shapes
 
 NCHWC = "com.microsoft.nchwc"
 BLOCK = 16  # the widest NCHWc block ONNX Runtime uses (AVX-512); a multiple of it is a multiple of 8 too

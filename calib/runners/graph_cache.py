@@ -18,7 +18,8 @@ import platform
 from functools import cache
 from pathlib import Path
 
-from calib.io import atomic_write_bytes, calib_home
+from calib.io.files import atomic_write_bytes, calib_home
+from calib.quantize import model as model_facts
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +38,7 @@ def _context() -> str:
 
     here = Path(__file__).parent
     code = hashlib.sha256()
-    for path in (here / "blocked.py", here / "onnxruntime.py", here / "graph_cache.py", here.parent / "model.py"):
+    for path in (here / "blocked.py", here / "onnxruntime.py", here / "graph_cache.py", Path(model_facts.__file__)):
         code.update(path.read_bytes())  # the rewrite, and the shape inference it reads
     cpu = platform.machine()
     try:  # Linux: the instruction sets (not platform.processor(), which runs `uname -p` there)

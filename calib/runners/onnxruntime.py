@@ -13,7 +13,7 @@ import onnx
 import onnxruntime as ort
 
 from calib.errors import DataError, ModelError
-from calib.model import load_model, output_names, with_outputs
+from calib.quantize.model import load_model, output_names, with_outputs
 
 log = logging.getLogger(__name__)
 

@@ -45,7 +45,7 @@ def data(model):
         z = np.load(npz)
         return {n: z[n] for n in NAMES}
     from calib.data.text import TextSource, read_lines
-    from calib.model import inspect_model
+    from calib.quantize.model import inspect_model
 
     lines = read_lines(ROOT / "datasets" / "sentences.txt")[:192]
     src = TextSource(lines, model.parent / "tokenizer.json", inspect_model(model).inputs, batch_size=192)
@@ -64,8 +64,8 @@ def _run(runner, x, batch=32):
 
 def test_minilm_fp16_and_int8_qdq_engines_keep_the_embeddings(model, data, cuda, tmp_path):
     from calib.calibrate import calibrate
-    from calib.fallback import quantizable_layers
-    from calib.qdq import count_qdq, insert_qdq
+    from calib.quantize.qdq import quantizable_layers
+    from calib.quantize.qdq import count_qdq, insert_qdq
 
     calib_part = {k: v[:128] for k, v in data.items()}
     held_out = {k: v[128:] for k, v in data.items()} if len(data["input_ids"]) > 160 else data

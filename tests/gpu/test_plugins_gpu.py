@@ -12,7 +12,7 @@ import numpy as np
 import onnx
 import pytest
 
-from calib.plugins import NMS_OUTPUTS, PluginModelRunner, add_efficient_nms, cut_before_plugins
+from calib.deploy.plugins import NMS_OUTPUTS, PluginModelRunner, add_efficient_nms, cut_before_plugins
 from conftest import ROOT
 
 pytestmark = pytest.mark.gpu
@@ -80,7 +80,7 @@ def _run(runner, x, batch=8):
 
 def test_yolov8n_with_efficient_nms_calibrated_built_and_evaluated(model, photos, cuda, tmp_path):
     from calib.calibrate import calibrate
-    from calib.qdq import insert_qdq
+    from calib.quantize.qdq import insert_qdq
 
     head, plugins = cut_before_plugins(onnx.load(str(model)))
     assert [p.op_type for p in plugins] == ["EfficientNMS_TRT"]

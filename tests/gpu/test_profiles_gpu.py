@@ -18,7 +18,7 @@ from conftest import GOLDEN
 pytestmark = pytest.mark.gpu
 trt = pytest.importorskip("tensorrt")
 
-from calib.engine_files import bench_engine_file  # noqa: E402
+from calib.deploy.engine_file import bench_engine_file  # noqa: E402
 from calib.runners.tensorrt.builder import BuildSpec, build, write_engine  # noqa: E402
 from calib.runners.tensorrt.calibrators import make_calibrator  # noqa: E402
 from calib.runners.tensorrt.runner import TrtRunner  # noqa: E402

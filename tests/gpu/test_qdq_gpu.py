@@ -10,14 +10,14 @@ import numpy as np
 import onnx
 import pytest
 
-from calib.cache import read_cache
+from calib.quantize.cache import read_cache
 from calib.runners.onnxruntime import OrtRunner
 from conftest import GOLDEN
 
 pytestmark = pytest.mark.gpu
 trt = pytest.importorskip("tensorrt")
 
-from calib.qdq import insert_qdq  # noqa: E402
+from calib.quantize.qdq import insert_qdq  # noqa: E402
 from calib.runners.tensorrt.builder import BuildSpec, build  # noqa: E402
 from calib.runners.tensorrt.calibrators import cache_calibrator  # noqa: E402
 from calib.runners.tensorrt.inspect import node_precisions  # noqa: E402
@@ -99,8 +99,8 @@ def test_concat_resize_maxpool_chain_stays_int8(tmp_path, cuda):
 def test_like_engine_qdq_keeps_the_implicit_engines_float_layers(tmp_path, cuda):
     """An implicit INT8 engine is built; the Q/DQ model made --like-engine from its layers gives an explicit
     engine whose float (FP16/FP32) Conv/Gemm/pooling/Add nodes are the implicit engine's."""
-    from calib.engine_like import float_nodes
-    from calib.qdq import Exclusions
+    from calib.deploy.like import float_nodes
+    from calib.quantize.qdq import Exclusions
 
     amax = read_cache(GOLDEN / "mobilenet_v2" / "entropy2.cache").amaxes()
     model = onnx.load(str(MBV2))

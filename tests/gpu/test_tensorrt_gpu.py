@@ -15,10 +15,10 @@ import sys
 import numpy as np
 import pytest
 
-from calib.cache import read_cache
 from calib.calibrate import calibrate
 from calib.data.arrays import ArraySource
 from calib.errors import CacheError, DataError
+from calib.quantize.cache import read_cache
 from calib.runners.onnxruntime import OrtRunner
 from conftest import GOLDEN, ROOT
 
@@ -157,7 +157,7 @@ def test_layer_precisions_show_in_the_engine(cuda, data):
 def test_qdq_model_builds_explicitly(tmp_path, cuda, data):
     import onnx
 
-    from calib.qdq import insert_qdq
+    from calib.quantize.qdq import insert_qdq
 
     res = calibrate(CNN, data, ["minmax"], batch_size=8)
     q = tmp_path / "cnn.qdq.onnx"
@@ -186,7 +186,7 @@ def test_marked_engine_gives_per_layer_values(cuda, data):
     """backend.layerwise: an INT8 engine with every tensor marked as an output returns TensorRT's own values of
     the ONNX tensors, which the evaluator compares with FP32 layer by layer (a perturbed engine)."""
     from calib.evaluate.api import evaluate
-    from calib.model import inspect_model
+    from calib.quantize.model import inspect_model
 
     amax = calibrate(CNN, data[:32], ["minmax"], batch_size=8).amax["minmax"]
     built = build(CNN, _spec(precisions=("int8", "fp16"), mark_outputs=("*",)), cache_calibrator(amax, trt), trt,

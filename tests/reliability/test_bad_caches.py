@@ -4,8 +4,8 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from calib.cache import hex_to_scale
 from calib.cli import main
+from calib.quantize.cache import hex_to_scale
 from conftest import conv_relu_gap
 from reliability.test_bad_inputs import one_line_failure
 

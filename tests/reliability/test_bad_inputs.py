@@ -93,7 +93,7 @@ def test_nan_input_is_refused_naming_the_sample_or_left_out_on_request(workdir):
     r = CliRunner().invoke(main, [*args, "--skip-nonfinite"])
     assert r.exit_code == 0, r.output
     assert "left out 2 samples" in r.output
-    from calib.cache import read_cache, read_sidecar
+    from calib.quantize.cache import read_cache, read_sidecar
 
     c = read_cache(workdir / "c" / "minmax.cache")
     assert all(np.isfinite(v) for v in c.scales.values())

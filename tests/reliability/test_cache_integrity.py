@@ -115,7 +115,7 @@ def test_interrupted_convert_keeps_the_previous_pair(made, monkeypatch):
     between the two renames gets the previous pair back at the next read."""
     import os
 
-    import calib.io as cio
+    import calib.io.files as cio
 
     out = made / "conv.cache"
     src = ["cache", "convert", made / "a" / "minmax.cache", "--model", made / "m.onnx", "--to", "cache", "-o", out]
@@ -172,7 +172,7 @@ def test_dev_zero_as_a_sidecar_fails_fast(made):
 @pytest.mark.parametrize("content", [b"[]", b"42", b"null", b"\x00\xff garbage", b'{"key": 1}',
                                      b'{"key": "k", "ranking": 3, "found": {}, "per_tensor": null, "split": {}}'])
 def test_garbage_search_cache_is_ignored_with_a_warning(tmp_path, content, caplog):
-    from calib.sensitivity import SEARCH_CACHE, _cached_search
+    from calib.search.sensitivity import SEARCH_CACHE, _cached_search
 
     (tmp_path / SEARCH_CACHE).write_bytes(content)
     assert _cached_search(tmp_path, "k") is None
@@ -201,10 +201,10 @@ def test_cache_diff_checks_the_sidecars_too(made):
 
 def test_python_api_checks_cache_paths_like_the_cli(made):
     """calib.evaluate(model, {name: path}, ...) refuses a cache whose sidecar is another run's, as the CLI does."""
-    from calib.cachecheck import CacheChecks
     from calib.data.arrays import ArraySource
     from calib.errors import CacheError
     from calib.evaluate.api import evaluate
+    from calib.quantize.cachecheck import CacheChecks
 
     x = np.load(made / "a.npy")
     src = ArraySource(x, "input", 3)

@@ -6,8 +6,8 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from calib.cache import format_cache, parse_cache
 from calib.errors import CalibError
+from calib.quantize.cache import format_cache, parse_cache
 from calib.recipe import load_recipe
 
 names = st.text(st.characters(blacklist_categories=("Cc", "Cs"), blacklist_characters="\n\r"), min_size=1,

@@ -36,7 +36,7 @@ def test_sixteen_bit_pngs_calibrate_on_their_real_range(workdir):  # noqa: F811
     for i in range(4):
         sixteen_bit(workdir / "imgs" / f"{i}.png", 10000 + 5000 * i)
     assert run(workdir).exit_code == 0
-    from calib.cache import read_cache
+    from calib.quantize.cache import read_cache
 
     amax = read_cache(workdir / "out" / "minmax.cache").amax("input")
     assert amax == pytest.approx(25000 / 257 / 255, rel=0.01)  # saturated white would give 1.0

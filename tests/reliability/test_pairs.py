@@ -3,7 +3,7 @@ import os
 
 import pytest
 
-import calib.io as cio
+import calib.io.files as cio
 
 
 def _pair(tmp_path, a=b"A1", b=b"B1"):

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-import calib.publish as pub
 from calib.cli import main
+import calib.io.publish as pub
 from conftest import conv_relu_gap
 from reliability.test_bad_inputs import one_line_failure
 
@@ -205,7 +205,7 @@ def test_empty_output_path_is_refused(work):
 
 KILLER = """
 import os, sys
-import calib.publish as pub
+import calib.io.publish as pub
 at, calls = int(os.environ["KILL_AT"]), [0]
 
 def wrap(fn):

@@ -20,11 +20,11 @@ def no_pass(monkeypatch):
         raise AssertionError("a pass over the data started before the bad value was found")
 
     import calib.pipeline
-    import calib.sensitivity  # imported first: they take `collect` from calib.calibrate at import
+    import calib.search.sensitivity  # imported first: they take `collect` from calib.calibrate at import
 
     monkeypatch.setattr(cal, "collect", boom)
     monkeypatch.setattr(calib.pipeline, "collect", boom)
-    monkeypatch.setattr(calib.sensitivity, "collect", boom)
+    monkeypatch.setattr(calib.search.sensitivity, "collect", boom)
 
 
 def run(tmp, *args, text=None, command="run"):

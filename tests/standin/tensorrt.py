@@ -257,7 +257,7 @@ class _Parser:
             net.inputs.append(_Tensor(i.name, _ONNX_TO_DT.get(i.type.tensor_type.elem_type, DataType.FLOAT), dims))
             if i.type.tensor_type.elem_type == onnx.TensorProto.INT64:  # TensorRT takes it as int32
                 net.int64_inputs = getattr(net, "int64_inputs", []) + [i.name]
-        from calib.plugins import is_plugin
+        from calib.deploy.plugins import is_plugin
 
         for k, node in enumerate(m.graph.node):
             if is_plugin(node) and not net.t.plugins_loaded:  # TensorRT's parser without the plugin library
@@ -447,8 +447,8 @@ def _simulated(plan):
     """The Q/DQ model of an INT8 stand-in engine: the layers it holds in Int8 quantized, the others in float."""
     import onnx
 
-    from calib.fallback import quantizable_layers
-    from calib.qdq import Exclusions, insert_qdq
+    from calib.quantize.qdq import quantizable_layers
+    from calib.quantize.qdq import Exclusions, insert_qdq
 
     model = onnx.load(plan["model"])
     int8 = {n[len("node_of_"):] if n.startswith("node_of_") else n for n in plan["int8_layers"]}
@@ -489,7 +489,7 @@ class _Engine:
             self.num_bindings = len(self.io) * len(self.profiles)
         import onnx
 
-        from calib.plugins import PluginModelRunner, plugin_nodes
+        from calib.deploy.plugins import PluginModelRunner, plugin_nodes
 
         if plugin_nodes(onnx.load(plan["model"], load_external_data=False)):  # the plugins run in numpy
             plugin_runner = PluginModelRunner(plan["model"])

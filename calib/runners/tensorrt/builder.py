@@ -13,12 +13,12 @@ from pathlib import Path
 
 import onnx
 
-import calib
 from calib.errors import CalibError, ModelError
-from calib.io import atomic_write_bytes, replace_together, sha256_file
-from calib.nvtx import nvtx_range
+from calib.io.files import atomic_write_bytes, replace_together, sha256_file
+from calib.io.nvtx import nvtx_range
 from calib.runners.tensorrt import compat, profiles as shape_profiles
 from calib.runners.tensorrt.inspect import inspector_layers, summary
+from calib.version import __version__
 
 log = logging.getLogger(__name__)
 PRECISIONS = ("fp32", "fp16", "int8")
@@ -346,7 +346,7 @@ def build(model_path, spec: BuildSpec = BuildSpec(), calibrator=None, trt=None, 
     if spec.timing_cache and str(Path(spec.timing_cache)) not in UNREADABLE_TIMING_CACHES:
         atomic_write_bytes(spec.timing_cache, bytes(cfg.get_timing_cache().serialize()))
     layers = engine_layers(trt, plan)
-    info = {"tensorrt": trt.__version__, "gpu": cuda.name(), "calib_version": calib.__version__, "model": str(model_path),
+    info = {"tensorrt": trt.__version__, "gpu": cuda.name(), "calib_version": __version__, "model": str(model_path),
             "model_sha256": sha256_file(model_path), "precisions": list(precisions), "explicit_qdq": explicit,
             "strongly_typed": strongly_typed,
             "layer_precisions": [f"{p}={q}" for p, q in rules], "layers_set": applied,

@@ -14,12 +14,12 @@ from pathlib import Path
 
 import numpy as np
 
-import calib
-from calib import cache as cachefmt
-from calib.fingerprint import fingerprint_update
 from calib.errors import CacheError, CalibError, DataError
-from calib.io import atomic_write_bytes
+from calib.io.files import atomic_write_bytes
+from calib.io.fingerprint import fingerprint_update
+from calib.quantize import cache as cachefmt
 from calib.runners.tensorrt import compat
+from calib.version import __version__
 
 log = logging.getLogger(__name__)
 
@@ -141,7 +141,7 @@ class _Feed:
             c = cachefmt.parse_cache(raw.decode("utf-8"), "TensorRT's calibration cache")
             atomic_write_bytes(self.cache_path, raw)  # TensorRT's own bytes, once they parse
             side = cachefmt.Sidecar(f"trt-{self.kind}", {}, c.amaxes(), self.model_sha256, self.rebatcher.fingerprint,
-                                    calib.__version__, c.version, c.carrier, self.rebatcher.samples,
+                                    __version__, c.version, c.carrier, self.rebatcher.samples,
                                     {"padded_samples": self.rebatcher.padded, "batch": self.batch})
             cachefmt.write_sidecar(self.cache_path, side)
             self.written = self.cache_path

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from calib.errors import CalibError, DataError
-from calib.nvtx import nvtx_range
+from calib.io.nvtx import nvtx_range
 from calib.runners.tensorrt import compat
 
 log = logging.getLogger(__name__)

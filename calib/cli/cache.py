@@ -1,0 +1,137 @@
+"""`calib cache ...`: inspect, compare and convert calibration caches."""
+from __future__ import annotations
+
+import json
+
+import click
+
+from calib.cli.common import cache_checks as _cache_checks
+from calib.cli.common import handled as _handled
+from calib.errors import CalibError
+
+
+@click.group()
+def cache():
+    """Inspect, compare and convert calibration caches."""
+
+
+@cache.command("inspect")
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.option("--model", type=click.Path(dir_okay=False),
+              help="Check the cache against this model: its tensors, and the model hash in the sidecar.")
+@click.option("--ignore-hash", is_flag=True, help="With --model: accept a sidecar that names another model.")
+@click.option("--allow-unknown", is_flag=True, help="With --model: accept tensors the model lacks.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@_cache_checks
+@_handled
+def cache_inspect(file, model, ignore_hash, allow_unknown, as_json, ignore_sidecar, allow_partial):
+    """Print a cache's header and per-tensor scale and amax."""
+    from calib.quantize.cache import is_trt_internal
+    from calib.quantize.cachecheck import CacheChecks, load_checked
+
+    info = None
+    if model:
+        from calib.quantize.model import inspect_model
+
+        info = inspect_model(model)
+    c, side = load_checked(file, info, CacheChecks(ignore_hash, allow_unknown, ignore_sidecar, allow_partial))
+    if model:
+        internal = [n for n in c.scales if n not in set(info.activations) and is_trt_internal(n)]
+        if internal:
+            click.echo(f"{len(internal)} TensorRT-internal tensors (not in the ONNX model)", err=True)
+    if as_json:
+        click.echo(json.dumps({"header": c.header, "scales": c.scales, "amax": c.amaxes(),
+                               "sidecar": side}, indent=2))
+        return
+    click.echo(f"{c.header}  ({len(c.scales)} tensors)")
+    if side:
+        params = ", ".join(f"{k}={v}" for k, v in sorted((side.get("params") or {}).items()))
+        click.echo(f"algorithm {side['algorithm']}" + (f" ({params})" if params else "")
+                   + f", samples {side.get('samples')}, model sha256 {side['model_sha256'][:12]}")
+    click.echo(f"{'scale':12s}  {'amax':>11s}  tensor")
+    for name, s in c.scales.items():
+        click.echo(f"{s:.6e}  {s * 127:11.6g}  {name}")
+
+
+@cache.command("diff")
+@click.argument("a", type=click.Path(dir_okay=False))
+@click.argument("b", type=click.Path(dir_okay=False))
+@click.option("--top", default=20, show_default=True, help="Rows of the largest differences.")
+@click.option("--ignore-sidecar", is_flag=True, help="Compare calib caches whose sidecars are missing or disagree.")
+@_handled
+def cache_diff(a, b, top, ignore_sidecar):
+    """Compare two caches tensor by tensor (ratio of amax B / A)."""
+    import numpy as np
+
+    from calib.quantize.cache import read_cache
+    from calib.quantize.cachecheck import checked_sidecar, recover_cache_pair
+
+    recover_cache_pair(a)
+    recover_cache_pair(b)
+    ca, cb = read_cache(a), read_cache(b)
+    checked_sidecar(a, ca, ignore_sidecar)
+    checked_sidecar(b, cb, ignore_sidecar)
+    common = [n for n in ca.scales if n in cb.scales]
+    only_a = [n for n in ca.scales if n not in cb.scales]
+    only_b = [n for n in cb.scales if n not in ca.scales]
+    click.echo(f"A {ca.header} ({len(ca.scales)}), B {cb.header} ({len(cb.scales)}): {len(common)} in both, "
+               f"{len(only_a)} only in A, {len(only_b)} only in B")
+    if not common:
+        return
+    ratio = np.array([cb.scales[n] / ca.scales[n] if ca.scales[n] else np.inf for n in common])
+    dev = np.abs(np.log(np.where(ratio > 0, ratio, 1e-30)))
+    click.echo(f"B/A ratio: median {np.median(ratio):.4f}, min {ratio.min():.4f}, max {ratio.max():.4f}; "
+               f"identical {int((ratio == 1).sum())}")
+    for i in np.argsort(-dev)[:top]:
+        click.echo(f"{ratio[i]:9.4f}  {common[i]}")
+
+
+@cache.command("convert")
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.option("--model", required=True, type=click.Path(dir_okay=False), help="The ONNX model the cache is for.")
+@click.option("--to", "fmt", required=True, type=click.Choice(["qdq", "cache"]),
+              help="qdq: a Q/DQ ONNX model; cache: rewrite the cache under another header.")
+@click.option("--carrier", default="EntropyCalibration2", show_default=True,
+              help="--to cache: the calibrator class named in the header (the class that will read it).")
+@click.option("--trt-version", default=None, help="--to cache: header digits (default: keep).")
+@click.option("--exclude", multiple=True,
+              help="Q/DQ: keep in float (node/output name glob or op:<OpType>); repeatable.")
+@click.option("--ignore-hash", is_flag=True, help="Use a cache whose sidecar names another model.")
+@click.option("--allow-unknown", is_flag=True, help="Use a cache naming tensors the model lacks (ignored).")
+@click.option("--int8-weights", is_flag=True, help="Q/DQ: store weights as INT8 initializers (4x smaller file).")
+@click.option("--like-engine", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="Q/DQ: no Q/DQ on the layers this engine (built by calib build: its .json sidecar) ran in "
+                   "FP16/FP32, e.g. an implicit INT8 engine's choices carried to an explicit one.")
+@_cache_checks
+@click.option("--out", "-o", required=True, type=click.Path(dir_okay=False))
+@_handled
+def cache_convert(file, model, fmt, carrier, trt_version, exclude, ignore_hash, allow_unknown, int8_weights,
+                  like_engine, ignore_sidecar, allow_partial, out):
+    """Turn a cache into a Q/DQ ONNX model (TensorRT explicit quantization) or relabel its header (+ sidecar)."""
+    from calib.io.files import atomic_write_bytes
+    from calib.quantize.cachecheck import CacheChecks, load_checked, write_converted
+    from calib.quantize.model import inspect_model, load_model
+    from calib.quantize.patterns import check_exclusions
+    from calib.quantize.qdq import Exclusions, count_qdq, excluded_from, insert_qdq
+
+    proto = load_model(model)
+    ex = check_exclusions(proto, exclude, model) if fmt == "qdq" else excluded_from(())
+    if like_engine and fmt != "qdq":
+        raise CalibError("--like-engine applies to --to qdq only")
+    like = []
+    if like_engine:
+        from calib.deploy.like import exclusions_like
+
+        like = exclusions_like(proto, like_engine)
+        ex = Exclusions(ex.names + tuple(like), ex.op_types)
+    info = inspect_model(model, proto)
+    c, side = load_checked(file, info, CacheChecks(ignore_hash, allow_unknown, ignore_sidecar, allow_partial), ex,
+                           proto)
+    if fmt == "cache":
+        write_converted(out, c, side, info, carrier, trt_version or c.version, source=file)
+        click.echo(f"wrote {out} and its sidecar")
+        return
+    q = insert_qdq(proto, c.amaxes(), ex, int8_weights=int8_weights)
+    atomic_write_bytes(out, q.SerializeToString())
+    kept = f"; {len(like)} layers left in float as in {like_engine}" if like_engine else ""
+    click.echo(f"wrote {out} ({count_qdq(q)} Q/DQ pairs{kept})")

@@ -1,0 +1,152 @@
+"""`calib build` and `calib bench` as functions: an engine file from an ONNX model and a cache (or TensorRT's own
+calibrator over an array, or a Q/DQ model), and the latency of an engine file."""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+
+from calib.errors import CalibError
+from calib.quantize.cache import check_model_hash, read_cache, validate_against
+from calib.quantize.model import inspect_model
+from calib.runners.tensorrt import compat
+from calib.runners.tensorrt.builder import BuildSpec, build, is_qdq, write_engine
+from calib.runners.tensorrt.calibrators import cache_calibrator, make_calibrator, sample_shapes
+from calib.runners.tensorrt.profiles import calibration_batch
+
+log = logging.getLogger(__name__)
+
+
+def build_engine_file(model, out, spec: BuildSpec, cache=None, calibrator: str | None = None, data=None,
+                      preprocess: str = "none", ignore_hash: bool = False, allow_unknown: bool = False,
+                      trt=None, cuda=None) -> dict:
+    """Build `model` under `spec` and write `out` (+ `out`.json); returns the sidecar."""
+    trt = trt or compat.load()
+    if cuda is None:
+        from calib.runners.tensorrt.device import Cuda
+
+        cuda = Cuda()
+    out = Path(out)
+    info = inspect_model(model)
+    calib_obj, extra = None, {}
+    if "int8" in spec.precisions and not is_qdq(model):
+        if cache and calibrator:
+            raise CalibError("give --cache or --calibrator, not both")
+        if cache:
+            c = read_cache(cache)
+            validate_against(c, info.activations, allow_unknown)
+            side = check_model_hash(cache, info.sha256, ignore_hash)
+            calib_obj = cache_calibrator(c, trt)
+            extra = {"cache": str(cache), "cache_algorithm": (side or {}).get("algorithm", "unknown (no sidecar)")}
+        elif calibrator:
+            if data is None:
+                raise CalibError(f"--calibrator {calibrator} needs --data (a .npy/.npz of samples)")
+            from calib.data.arrays import ArraySource, load_array
+
+            name = info.inputs[0][0]
+            batch = calibration_batch(spec.profiles, spec.batch_size)  # profile 0's opt batch, if profiles
+            src = ArraySource(load_array(data), name, batch, preprocess, label=str(data))
+            cache_out = out.with_suffix(".cache")
+            calib_obj = make_calibrator(calibrator, src, sample_shapes(src, [name]), batch, cuda,
+                                        cache_out, info.sha256, trt)
+            extra = {"cache": str(cache_out), "cache_algorithm": f"trt-{calibrator}", "data": str(data)}
+        else:
+            raise CalibError("int8 needs --cache FILE (calib's or TensorRT's) or --calibrator with --data, "
+                             "or a Q/DQ model")
+    built = build(model, spec, calib_obj, trt, cuda)
+    write_engine(out, built, extra)
+    return {**built.info, **extra}
+
+
+def check_engine_sidecar(engine) -> None:
+    """An engine and its <engine>.json must come from the same build (the sidecar records the engine's sha256)."""
+    import json
+
+    from calib.io.files import recover_together, sha256_file
+
+    side = Path(str(engine) + ".json")
+
+    def recorded():
+        try:
+            return json.loads(side.read_text()).get("engine_sha256")
+        except (OSError, ValueError, AttributeError):
+            raise CalibError(f"{side}: not a readable engine sidecar") from None
+
+    if recover_together([side, engine], lambda: recorded() in (None, sha256_file(engine))):
+        log.warning("%s: an interrupted build's write was undone: the previous engine and sidecar are back", engine)
+    if not side.is_file() or not Path(engine).is_file():
+        return
+    want = recorded()
+    if want and want != sha256_file(engine):
+        raise CalibError(f"{side}: describes another build than {Path(engine).name} (engine sha256 differs): "
+                         "rebuild, or remove the stale sidecar")
+
+
+POINTS = ("min", "opt", "max")
+
+
+def bench_points(runner, shapes: dict | None = None, batch_size: int | None = None) -> list[tuple[str, dict]]:
+    """(point, {input: shape}) to time on a runner's profile: the given shapes (other inputs at the profile's opt
+    shape, the batch replaced by `batch_size` if given), else each distinct of the profile's min, opt and max."""
+    if shapes or batch_size:
+        unknown = next((n for n in shapes or {} if n not in runner.inputs), None)
+        if unknown is not None:
+            raise CalibError(f"{runner.label}: --shape '{unknown}' is not an engine input "
+                             f"(inputs: {', '.join(runner.inputs)})")
+        point = {}
+        for name in runner.inputs:
+            shape = tuple((shapes or {}).get(name, runner.ranges[name][1]))
+            if batch_size and name not in (shapes or {}):
+                shape = (batch_size, *shape[1:])
+            point[name] = shape
+        return [("given", point)]
+    tags: dict[tuple, list[str]] = {}  # a shape shared by min, opt or max is timed once, as "opt=max"
+    for k, tag in enumerate(POINTS):
+        tags.setdefault(tuple((name, tuple(runner.ranges[name][k])) for name in runner.inputs), []).append(tag)
+    return [("=".join(t), dict(key)) for key, t in tags.items()]
+
+
+def _inside(runner, point: dict) -> None:
+    for name, shape in point.items():
+        lo, _, hi = runner.ranges[name]
+        if len(shape) != len(hi) or any(not a <= s <= b for s, a, b in zip(shape, lo, hi)):
+            raise CalibError(f"{runner.label}: input '{name}' shape {list(shape)} is outside optimization profile "
+                             f"{runner.profile} ({list(lo)} to {list(hi)})")
+
+
+def bench_engine_file(engine, batch_size: int | None = None, warmup: int = 50, iters: int = 50, repeats: int = 15,
+                      trt=None, cuda=None, layers: bool = False, shapes: dict | None = None,
+                      profile: int | None = None) -> list[dict]:
+    """Latency of an engine file on random inputs (median over repeats of back-to-back runs), one row per
+    optimization profile and shape: `shapes` ({input: shape}) or `batch_size` on `profile` (default 0), else the
+    min, opt and max shapes of `profile` or of every profile. With `layers`, each row also has the per-layer
+    profile (calib.runners.tensorrt.profile) under "layers"."""
+    from calib.runners.tensorrt.runner import TrtRunner
+
+    check_engine_sidecar(engine)
+    first = TrtRunner(engine, trt, cuda, profile=profile or 0)
+    count = first.profiles
+    first.close()
+    if profile is not None:
+        wanted = [profile]
+    else:
+        wanted = [0] if (shapes or batch_size) else list(range(count))
+    rows = []
+    rng = np.random.default_rng(0)
+    for k in wanted:
+        r = TrtRunner(engine, trt, cuda, profile=k)
+        try:
+            for tag, point in bench_points(r, shapes, batch_size):
+                _inside(r, point)
+                batch = {n: rng.standard_normal(s).astype(r.dtypes[n]) for n, s in point.items()}
+                row = {"engine": str(engine), "profile": k, "point": tag,
+                       "shapes": {n: list(s) for n, s in point.items()}, **r.latency(batch, warmup, iters, repeats)}
+                if layers:
+                    from calib.runners.tensorrt.profile import profile_layers
+
+                    row["layers"] = profile_layers(r, batch, runs=max(5, min(iters, 50)))
+                rows.append(row)
+        finally:
+            r.close()
+    return rows

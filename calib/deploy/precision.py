@@ -1,0 +1,221 @@
+"""The precision model of a deployed TensorRT engine: which ONNX nodes run in INT8, FP16 or FP32, fused into which
+engine layers. The CPU simulation of the deployed configuration follows it (calib.deploy.simulate).
+
+Two sources:
+- the engine inspector, where an engine exists (an engine's JSON sidecar, or the inspector's own JSON): what the
+  engine did, layer by layer (calib.runners.tensorrt.inspect reads it);
+- rules, where no engine exists, checked against real TensorRT 8.6 engines (tests/test_precision.py holds each
+  engine's hit rate):
+  * implicit INT8 (int8 + fp16 builder flags, a calibration cache): every layer calib's Q/DQ placement quantizes
+    (Conv/Gemm/MatMul, pooling, a residual Add fused into its Conv, value-moving layers and Concats between INT8
+    layers) runs in INT8, with the activation after a Conv (Relu, Clip, LeakyRelu, ...) and a residual Add fused
+    into it (not a LeakyRelu after the first Conv on a 3-channel input: TensorRT's first-layer kernel did not); every other layer runs in float: FP32 for element-wise and shape layers (a detector's decoding: the
+    YOLOv3-tiny engine ran its 22 such layers in FP32 with FP16 allowed), FP16 for a Conv/Gemm/pooling left out
+    of INT8. Measured exceptions the rules do not predict: TensorRT times tactics and may keep the last layers of
+    a network in FP16 where that is faster (1 of 8 MobileNetV2 engines ran its 7x7 tail, 4 layers, in FP16);
+    asked to keep layers in FP16 (layer precisions) it widens the FP16 region around them.
+  * explicit Q/DQ (calib's placement): the nodes with quantized inputs, and the activations fused into them, run
+    in INT8; the rest in float.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import onnx
+
+from calib.errors import CalibError
+from calib.quantize.placement import BACKBONES, FUSIBLE_ACT, WEIGHTED, place
+from calib.quantize.ties import Graph
+
+INT8, FP16, FP32 = "int8", "fp16", "fp32"
+MODES = ("implicit", "explicit")
+COMPUTE = WEIGHTED | {"MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool"}
+SKIP = frozenset({"Constant", "Shape", "ConstantOfShape"})  # no engine layer of their own
+
+
+def node_name(node) -> str:
+    return node.name or node.output[0]
+
+
+@dataclass(frozen=True)
+class PrecisionModel:
+    mode: str  # implicit | explicit
+    source: str  # inspector | rules
+    nodes: dict  # ONNX node name -> int8 | fp16 | fp32
+    layers: tuple = ()  # engine layers: tuples of the ONNX node names fused into each
+    detail: str = ""  # where it came from: the file, or which rules
+    notes: tuple = field(default=())
+
+    def precision(self, node: str) -> str | None:
+        return self.nodes.get(node)
+
+    def float_nodes(self, candidates) -> tuple:
+        """The nodes of `candidates` (e.g. the quantizable layers) that this engine runs in float."""
+        return tuple(n for n in candidates if self.nodes.get(n, INT8) != INT8)
+
+    def counts(self) -> dict:
+        out: dict = {}
+        for p in self.nodes.values():
+            out[p] = out.get(p, 0) + 1
+        return out
+
+    def describe(self) -> str:
+        c = ", ".join(f"{k} {v}" for k, v in sorted(self.counts().items()))
+        how = "the engine inspector" if self.source == "inspector" else "rules checked against TensorRT 8.6 engines"
+        what = "implicit INT8 (calibration cache, int8 + fp16)" if self.mode == "implicit" else \
+            "explicit quantization (Q/DQ model)"
+        return f"{what}, precisions from {how}{' (' + self.detail + ')' if self.detail else ''}: ONNX nodes {c}"
+
+    def to_json(self) -> dict:
+        return {"mode": self.mode, "source": self.source, "detail": self.detail, "counts": self.counts(),
+                "float_nodes": sorted(n for n, p in self.nodes.items() if p != INT8)}
+
+
+def _first_layer(g: Graph, model: onnx.ModelProto, i: int) -> bool:
+    """A Conv on a network input with at most 4 channels: TensorRT 8.6 runs it with its 'first layer' INT8 kernel,
+    which fused Relu/Clip (MobileNetV2) but not LeakyRelu (YOLOv3-tiny: layer0 and its LeakyRelu are two INT8
+    engine layers)."""
+    node = g.nodes[i]
+    ins = {v.name: v for v in model.graph.input}
+    if not node.input or node.input[0] not in ins:
+        return False
+    dims = ins[node.input[0]].type.tensor_type.shape.dim
+    return len(dims) == 4 and dims[1].HasField("dim_value") and dims[1].dim_value <= 4
+
+
+def _fused_followers(g: Graph, start: int, int8: set, first: bool = False) -> list[int]:
+    """Nodes TensorRT fuses after an INT8 Conv: a chain of single-consumer activations, and a residual Add whose
+    other input the placement quantized, followed by its activation (`first`: no LeakyRelu, see _first_layer)."""
+    out, i = [], start
+    while True:
+        outs = [t for t in g.nodes[i].output if t]
+        cons = g.consumers.get(outs[0], []) if outs else []
+        if len(cons) != 1:
+            return out
+        j = cons[0]
+        node = g.nodes[j]
+        if first and node.op_type == "LeakyRelu":
+            return out
+        if node.op_type in FUSIBLE_ACT or (node.op_type == "Add" and j in int8):
+            out.append(j)
+            i = j
+            continue
+        if node.op_type == "Mul" and len([t for t in node.input if t not in g.constants]) == 2:  # SiLU: x*sigmoid
+            out.append(j)
+            i = j
+            continue
+        return out
+
+
+def _rules(model: onnx.ModelProto, mode: str, exclude=lambda node: False) -> PrecisionModel:
+    g = Graph.of(model)
+    sites = place(model, exclude)
+    int8 = {s.node for s in sites if s.kind == "act"}
+    layers, owner = [], {}
+    for i, node in enumerate(g.nodes):  # Conv + activation (+ residual Add + activation): one INT8 layer
+        if i in int8 and node.op_type in BACKBONES and i not in owner:
+            first = _first_layer(g, model, i)
+            group = [i] + _fused_followers(g, i, int8, first)
+            for j in group:
+                owner[j] = len(layers)
+            layers.append(group)
+            if first:  # the LeakyRelu it did not fuse: an INT8 point-wise layer of its own
+                cons = g.consumers.get(g.nodes[group[-1]].output[0], [])
+                if len(cons) == 1 and g.nodes[cons[0]].op_type == "LeakyRelu":
+                    follow = [cons[0]] + _fused_followers(g, cons[0], int8)
+                    for j in follow:
+                        owner[j] = len(layers)
+                    layers.append(follow)
+    fused = set(owner)
+    for i, node in enumerate(g.nodes):
+        if i not in owner and node.op_type not in SKIP:
+            owner[i] = len(layers)
+            layers.append([i])
+    prec = {}
+    for i, node in enumerate(g.nodes):
+        if node.op_type in SKIP:
+            continue
+        if i in int8 or i in fused:
+            prec[node_name(node)] = INT8
+        elif node.op_type in COMPUTE:
+            prec[node_name(node)] = FP16
+        else:
+            prec[node_name(node)] = FP32
+    names = tuple(tuple(node_name(g.nodes[j]) for j in grp) for grp in layers)
+    detail = "implicit-INT8 rules, TensorRT 8.6" if mode == "implicit" else "calib's Q/DQ placement"
+    return PrecisionModel(mode, "rules", prec, names, detail)
+
+
+def implicit_rules(model: onnx.ModelProto) -> PrecisionModel:
+    """The rules' prediction for an implicit INT8 build (int8 + fp16 flags, a calibration cache)."""
+    return _rules(model, "implicit")
+
+
+def explicit_rules(model: onnx.ModelProto, exclude=lambda node: False) -> PrecisionModel:
+    """The rules' prediction for calib's Q/DQ model (nodes left out with `exclude` stay in float)."""
+    return _rules(model, "explicit", exclude)
+
+
+def read_engine_layers(path: str | Path) -> list[dict]:
+    """Engine layers from an engine's JSON sidecar ({"layers": [...]}, calib.runners.tensorrt.builder; an engine
+    file is read through its sidecar), or from the inspector's own JSON ({"Layers": [...]}, detailed or names
+    only)."""
+    from calib.runners.tensorrt.inspect import parse_layers
+
+    p = Path(path)
+    if p.suffix != ".json" and Path(f"{p}.json").is_file():  # an engine file: its sidecar (calib build writes it)
+        p = Path(f"{p}.json")
+    try:
+        data = json.loads(p.read_text(), strict=False)
+    except (OSError, ValueError) as exc:
+        raise CalibError(f"{p}: not a readable engine sidecar or inspector JSON ({exc})") from None
+    if isinstance(data, dict) and isinstance(data.get("layers"), list):
+        return data["layers"]
+    if isinstance(data, dict) and isinstance(data.get("Layers"), list) or isinstance(data, list):
+        return parse_layers(data)
+    raise CalibError(f"{p}: no engine layers (expected 'layers' of an engine sidecar or 'Layers' of the "
+                     "engine inspector)")
+
+
+def from_inspector(layers: list[dict], model: onnx.ModelProto, mode: str = "implicit",
+                   detail: str = "") -> PrecisionModel:
+    """What an engine ran, per ONNX node, from its inspector layers ({name, precision, fused} each)."""
+    from calib.runners.tensorrt.inspect import node_precisions
+
+    names = [node_name(n) for n in model.graph.node if n.op_type not in SKIP]
+    known = set(names)
+    prec = node_precisions(layers, names)
+    g = Graph.of(model)
+    for node in g.nodes:  # a Concat TensorRT removed by copying its inputs into its output ('<input> copy' layers):
+        # INT8 when what it joins is (its inputs rounded with their own scales, then copied at the Concat's)
+        if node.op_type == "Concat" and node_name(node) not in prec:
+            made = [g.producer.get(t) for t in node.input if t and t not in g.constants]
+            if made and all(i is not None and prec.get(node_name(g.nodes[i])) == INT8 for i in made):
+                prec[node_name(node)] = INT8
+    groups = []
+    for layer in layers:
+        parts = [p[len("node_of_"):] if p not in known and p.startswith("node_of_") else p for p in layer["fused"]]
+        parts = [p for p in parts if p in known]
+        if parts:
+            groups.append(tuple(dict.fromkeys(parts)))
+    grouped = {n for grp in groups for n in grp}
+    groups += [(n,) for n in prec if n not in grouped]
+    return PrecisionModel(mode, "inspector", prec, tuple(groups), detail)
+
+
+def hit_rate(predicted: PrecisionModel, actual: PrecisionModel, nodes=None) -> dict:
+    """How often `predicted` matches what an engine did, on the nodes the engine reports (or `nodes`):
+    int8 vs float (what the simulation needs) and the exact precision; the misses by name."""
+    pool = [n for n in (nodes if nodes is not None else actual.nodes) if n in actual.nodes and n in predicted.nodes]
+    is8 = lambda p: p == INT8  # noqa: E731
+    side = [n for n in pool if is8(predicted.nodes[n]) == is8(actual.nodes[n])]
+    exact = [n for n in pool if predicted.nodes[n] == actual.nodes[n]]
+    keep = set(pool)
+    groups = lambda pm: {g for g in (tuple(x for x in grp if x in keep) for grp in pm.layers)  # noqa: E731
+                         if g and all(pm.nodes.get(x) == INT8 for x in g)}
+    act, pred = groups(actual), groups(predicted)
+    return {"nodes": len(pool), "int8_vs_float": len(side), "exact": len(exact),
+            "misses": sorted(n for n in pool if n not in side),
+            "int8_layers": len(act), "fusions": len(act & pred), "fusion_misses": sorted(act - pred)}

@@ -1,0 +1,96 @@
+"""The Q/DQ model that simulates a deployed engine on the CPU, from its precision model (calib.deploy.precision).
+
+- Explicit quantization: calib's Q/DQ placement with the layers the engine runs in float left out.
+- Implicit INT8 (a calibration cache): TensorRT quantizes where an INT8 engine layer reads a tensor made outside
+  it, with that tensor's own scale from the cache: every activation input of an INT8 layer, and the weights of its
+  Conv/Gemm/MatMul per output channel. Inside a fused layer (Conv + activation + residual Add) nothing is
+  rounded; a layer in float reads and writes float. This differs from the Q/DQ placement where the engine
+  differs from it: a Conv whose activation TensorRT did not fuse rounds its output too, and a tensor read by a
+  Concat and by another INT8 layer is rounded with its own scale for the other layer and again with the
+  Concat's scale (TensorRT's INT8 copy into the Concat), where a Q/DQ model gives it the Concat's scale once.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from calib.deploy.precision import FP16, INT8, PrecisionModel, node_name
+from calib.quantize.placement import WEIGHTED
+from calib.quantize.qdq import Exclusions, _order, _pair, _weight_pair, insert_qdq, quantizable_layers
+from calib.quantize.ties import Graph, tie_amax
+
+log = logging.getLogger(__name__)
+
+
+def simulated_model(model: onnx.ModelProto, amax: dict, pm: PrecisionModel | None,
+                    exclude: Exclusions = Exclusions()) -> onnx.ModelProto:
+    """The Q/DQ model of `model` with `amax` as the engine described by `pm` would run it (None: calib's
+    placement, as for a Q/DQ model)."""
+    if pm is None:
+        return insert_qdq(model, amax, exclude)
+    if pm.mode == "explicit":
+        kept = pm.float_nodes(quantizable_layers(model))
+        return insert_qdq(model, amax, Exclusions(exclude.names + kept, exclude.op_types))
+    if exclude.names or exclude.op_types:  # layers asked in float (--exclude, a fallback list) run in FP16
+        left = {node_name(n) for n in model.graph.node if exclude.excludes(n)}
+        pm = replace(pm, nodes={k: (FP16 if k in left and p == INT8 else p) for k, p in pm.nodes.items()})
+    return implicit_qdq(model, amax, pm)
+
+
+def implicit_qdq(model: onnx.ModelProto, amax: dict, pm: PrecisionModel) -> onnx.ModelProto:
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    g = m.graph
+    graph = Graph.of(m)
+    amax = tie_amax(m, amax)
+    inits = {t.name: t for t in g.initializer}
+    index = {node_name(n): i for i, n in enumerate(g.node)}
+    layer_of = {}
+    for li, group in enumerate(pm.layers):
+        for name in group:
+            if name in index:
+                layer_of[index[name]] = li
+    int8 = sorted(index[n] for n, p in pm.nodes.items() if p == INT8 and n in index)
+    new_nodes, new_inits, done, rewires, missing = [], [], {}, [], set()
+    for i in int8:
+        node = g.node[i]
+        for k, t in enumerate(node.input):
+            if not t:
+                continue
+            if t in inits:
+                if node.op_type in WEIGHTED and k == 1:
+                    key = ("w", t)
+                    if key not in done:
+                        w = numpy_helper.to_array(inits[t])
+                        done[key] = _weight_pair(node, k, w, True, False, t, new_nodes, new_inits)
+                    rewires.append((i, k, done[key], inits[t]))
+                continue
+            if t in graph.constants:
+                continue
+            p = graph.producer.get(t)
+            if p is not None and i in layer_of and layer_of.get(p) == layer_of[i]:
+                continue  # made inside the same fused engine layer: never rounded
+            if t not in amax:
+                missing.add(t)
+                continue
+            key = ("a", t)
+            if key not in done:
+                scale = np.array(max(float(amax[t]), 1e-12) / 127.0, np.float32)
+                done[key] = _pair(t, f"{t}_engine", scale, None, new_nodes, new_inits)
+            rewires.append((i, k, done[key], None))
+    for i, k, new, weight in rewires:
+        node = g.node[i]
+        node.input[k] = new
+        if weight is not None and node.op_type in ("Conv", "ConvTranspose") and \
+                not any(a.name == "kernel_shape" for a in node.attribute):
+            node.attribute.append(onnx.helper.make_attribute("kernel_shape", list(weight.dims[2:])))
+    if missing:
+        log.warning("no scale for %d tensors read by INT8 layers, left in float: %s", len(missing),
+                    ", ".join(sorted(missing)[:5]))
+    _order(g, new_nodes)
+    g.initializer.extend(new_inits)
+    return m

@@ -1,0 +1,192 @@
+"""ONNX model loading and the list of tensors that calibration needs."""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import onnx
+from onnx import TensorProto, numpy_helper
+
+from calib.errors import ModelError
+from calib.io.files import per_file, sha256_file
+
+log = logging.getLogger(__name__)
+
+FLOAT_TYPES = {TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE, TensorProto.BFLOAT16}
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    path: Path
+    sha256: str
+    inputs: tuple[tuple[str, tuple, int], ...]  # (name, shape with None for dynamic, elem_type)
+    outputs: tuple[str, ...]
+    activations: tuple[str, ...]  # float graph inputs and node outputs, topological order
+    op_types: dict  # tensor name -> producing op type ("Input" for graph inputs)
+
+
+def load_model(path: str | Path) -> onnx.ModelProto:
+    path = Path(path)
+    if not path.is_file():
+        raise ModelError(f"{path}: model file not found")
+    if path.stat().st_size == 0:
+        raise ModelError(f"{path}: empty file, not an ONNX model")
+    try:
+        model = onnx.load(str(path))
+    except Exception as exc:  # onnx raises DecodeError and others
+        raise ModelError(f"{path}: not a readable ONNX model ({exc.__class__.__name__}: {exc})") from None
+    if not model.HasField("graph") or not (model.graph.node or model.graph.input):
+        raise ModelError(f"{path}: not an ONNX model (no graph; protobuf reads almost any bytes as a message)")
+    return model
+
+
+def _dims(value_info) -> tuple:
+    shape = value_info.type.tensor_type.shape
+    return tuple(d.dim_value if d.HasField("dim_value") else None for d in shape.dim)
+
+
+_LIGHT_MIN = 64  # float initializers with more values than this stand in for themselves as typed graph inputs
+
+
+def infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
+    """ONNX shape inference without copying the weights: large float initializers become typed graph inputs.
+
+    Shape inference reads initializers' values only where they decide a shape (Reshape's shape, Pad's pads,
+    Resize's scales...): integer or small tensors, which are kept. The weights of a model are neither, and
+    onnx's inference serializes the whole model, so leaving them out makes it tens of times faster."""
+    g0 = model.graph
+    light = onnx.ModelProto()
+    light.ir_version = model.ir_version
+    light.opset_import.extend(model.opset_import)
+    light.functions.extend(model.functions)
+    g = light.graph
+    g.name = g0.name
+    g.node.extend(g0.node)
+    g.input.extend(g0.input)
+    g.output.extend(g0.output)
+    g.value_info.extend(g0.value_info)
+    declared = {i.name for i in g0.input}
+    for t in g0.initializer:
+        size = 1
+        for d in t.dims:
+            size *= d
+        if size > _LIGHT_MIN and t.data_type in FLOAT_TYPES:
+            if t.name not in declared:
+                g.input.append(onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
+        else:
+            g.initializer.append(t)
+    return onnx.shape_inference.infer_shapes(light)
+
+
+def _elem_types(model: onnx.ModelProto) -> dict[str, int]:
+    try:
+        inferred = infer_shapes(model)
+    except Exception as exc:
+        log.warning("shape inference failed (%s); tensor types come from the graph only", exc)
+        inferred = model
+    g = inferred.graph
+    types = {}
+    for vi in list(g.input) + list(g.value_info) + list(g.output):
+        if vi.type.HasField("tensor_type"):
+            types[vi.name] = vi.type.tensor_type.elem_type
+    return types
+
+
+_INFOS: dict = {}  # the commands inspect one model several times
+
+
+def inspect_model(path: str | Path, model: onnx.ModelProto | None = None) -> ModelInfo:
+    """What calibration needs to know of the model at `path` (`model`: the same file, loaded already)."""
+    path = Path(path)
+    return per_file(_INFOS, path, lambda: _inspect(path, model if model is not None else load_model(path)))
+
+
+def _inspect(path: Path, model: onnx.ModelProto) -> ModelInfo:
+    g = model.graph
+    init = {t.name for t in g.initializer}
+    types = _elem_types(model)
+    inputs = tuple(
+        (vi.name, _dims(vi), vi.type.tensor_type.elem_type) for vi in g.input if vi.name not in init
+    )
+    if not inputs:
+        raise ModelError(f"{path}: the model has no inputs (nothing to calibrate on)")
+    acts: list[str] = []
+    ops: dict[str, str] = {}
+    for name, _, et in inputs:
+        if et in FLOAT_TYPES:
+            acts.append(name)
+            ops[name] = "Input"
+    for node in g.node:
+        if node.op_type == "Constant":
+            continue
+        for out in node.output:
+            if out and types.get(out, TensorProto.FLOAT) in FLOAT_TYPES and out not in ops:
+                acts.append(out)
+                ops[out] = node.op_type
+    return ModelInfo(
+        path=path,
+        sha256=sha256_file(path),
+        inputs=inputs,
+        outputs=tuple(o.name for o in g.output),
+        activations=tuple(acts),
+        op_types=ops,
+    )
+
+
+def output_names(model: onnx.ModelProto, names: list[str]) -> list[str]:
+    """The graph outputs of with_outputs(model, names), without making the copy."""
+    present = {o.name for o in model.graph.output}
+    return [o.name for o in model.graph.output] + [n for n in names if n not in present]
+
+
+def with_outputs(model: onnx.ModelProto, names: list[str]) -> onnx.ModelProto:
+    """A copy of `model` whose graph outputs also include `names` (types left to the runtime)."""
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    present = {o.name for o in m.graph.output}
+    for n in names:
+        if n not in present:
+            m.graph.output.append(onnx.ValueInfoProto(name=n))
+    return m
+
+
+def node_attr(node, name, default=None):
+    """An attribute's value, or `default`."""
+    for a in node.attribute:
+        if a.name == name:
+            return onnx.helper.get_attribute_value(a)
+    return default
+
+
+def constant_value(model: onnx.ModelProto, name: str):
+    """The value of an initializer or Constant output, or None (not a constant, or no name)."""
+    if not name:
+        return None
+    for t in model.graph.initializer:
+        if t.name == name:
+            return numpy_helper.to_array(t)
+    for n in model.graph.node:
+        if n.op_type == "Constant" and n.output[0] == name:
+            return numpy_helper.to_array(n.attribute[0].t)
+    return None
+
+
+def relu_bounds(model: onnx.ModelProto, node) -> tuple[float, float] | None:
+    """(0, hi) for Relu (hi = inf) or a Clip with constant bounds 0 and hi > 0; otherwise None."""
+    if node.op_type == "Relu":
+        return 0.0, float("inf")
+    if node.op_type != "Clip":
+        return None
+    if len(node.input) > 1:  # opset >= 11: min/max as inputs
+        bounds = []
+        for i, default in ((1, -float("inf")), (2, float("inf"))):
+            name = node.input[i] if len(node.input) > i else ""
+            value = constant_value(model, name)
+            if name and value is None:
+                return None  # bounds computed at run time
+            bounds.append(float(value) if value is not None else default)
+        lo, hi = bounds
+    else:
+        lo, hi = float(node_attr(node, "min", -3.4e38)), float(node_attr(node, "max", 3.4e38))
+    return (lo, hi) if lo == 0.0 and hi > 0 else None

@@ -1,0 +1,214 @@
+"""Per-layer sensitivity on the CPU INT8 simulation, and the search for the fewest layers to keep in higher
+precision so that the accuracy drop stays within a budget.
+
+Every configuration is "the Q/DQ model with these layers left in float"; its score against FP32 is computed on
+a fixed evaluation subset whose FP32 outputs are computed once, and every score is cached by the set of layers,
+so the greedy pass and the bisection reuse what the ranking already measured.
+"""
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass, field
+
+import onnx
+
+from calib.evaluate.detect import DetectionTally
+from calib.evaluate.metrics import Classification, TensorStats
+from calib.io.progress import bar
+from calib.quantize.qdq import Exclusions, insert_qdq, quantized_inputs
+from calib.recipe import DetectionSpec
+from calib.runners.onnxruntime import OrtRunner
+
+log = logging.getLogger(__name__)
+METRICS = ("top1_agreement", "map50", "output_sqnr")
+
+
+@dataclass
+class Scorer:
+    """Scores Q/DQ variants of one model against FP32 on fixed batches; results cached per set of float layers."""
+
+    model: onnx.ModelProto
+    amax: dict
+    batches: list  # [(feed dict, letterboxes)]
+    metric: str
+    detection: DetectionSpec = DetectionSpec()
+    cache: dict = field(default_factory=dict)
+    runs: int = 0
+
+    def __post_init__(self):
+        if self.metric not in METRICS:
+            from calib.errors import CalibError
+
+            raise CalibError(f"unknown budget metric '{self.metric}' (choose from {', '.join(METRICS)})")
+        ref = OrtRunner(self.model)
+        self.outputs = ref.output_names()
+        self.ref = [ref.run(feed) for feed, _ in self.batches]
+        self.fp32_score = self._score(self.ref, self.metric)
+        self.sqnr_cache: dict = {}
+
+    def _score(self, outs: list[dict], metric: str) -> float:
+        if metric == "top1_agreement":
+            c = Classification()
+            for r, t in zip(self.ref, outs):
+                c.update(r[self.outputs[0]], t[self.outputs[0]])
+            return c.result()["agreement_top1"]
+        if metric == "output_sqnr":
+            worst = math.inf
+            for o in self.outputs:
+                s = TensorStats()
+                for r, t in zip(self.ref, outs):
+                    s.update(r[o], t[o])
+                worst = min(worst, s.result()["sqnr_db"])
+            return worst
+        tally = DetectionTally(self.detection, ["test"], self.outputs, score_reference=False)
+        first = 0
+        for (_, boxes), r, t in zip(self.batches, self.ref, outs):
+            n = len(next(iter(r.values())))
+            tally.update(r, {"test": t}, [None] * n, boxes or [None] * n, first)
+            first += n
+        return tally.map_vs_fp32("test")["map50"] if tally.pseudo else 1.0
+
+    def _outputs(self, q: onnx.ModelProto, optimize: bool = True) -> list[dict]:
+        run = OrtRunner(q, optimize=optimize)
+        return [run.run(feed) for feed, _ in self.batches]
+
+    @staticmethod
+    def _key(float_layers, overrides) -> tuple:
+        return frozenset(float_layers), tuple(sorted((overrides or {}).items()))
+
+    def score(self, float_layers, overrides: dict | None = None) -> float:
+        """The metric with `float_layers` kept in float and, per tensor, `overrides` replacing the base amax."""
+        key = self._key(float_layers, overrides)
+        if key not in self.cache:
+            amax = {**self.amax, **overrides} if overrides else self.amax
+            outs = self._outputs(insert_qdq(self.model, amax, Exclusions(tuple(sorted(key[0])))))
+            self.cache[key] = self._score(outs, self.metric)
+            self.sqnr_cache[key] = self._score(outs, "output_sqnr") if self.metric != "output_sqnr" else \
+                self.cache[key]
+            self.runs += 1
+        return self.cache[key]
+
+    def split(self) -> dict:
+        """The metric and output SQNR with only the weights, then only the activations in INT8: which of the
+        two the INT8 loss comes from (a weight loss can be fixed on the weights; an activation loss needs
+        other scales or layers in float). All three, INT8 included, run as plain fake quantization (no ONNX
+        Runtime fusions, which would treat the three differently), so they compare with each other."""
+        out = {}
+        for kind, kw in (("int8", {}), ("weights_only", {"activations": False}),
+                         ("activations_only", {"weights": False})):
+            outs = self._outputs(insert_qdq(self.model, self.amax, **kw), optimize=False)
+            out[kind] = {"score": self._score(outs, self.metric), "sqnr_db": self._score(outs, "output_sqnr")}
+            self.runs += 1
+        return out
+
+    def sqnr(self, float_layers, overrides: dict | None = None) -> float:
+        """Output SQNR of a variant already scored: a continuous tie-breaker for coarse task metrics."""
+        self.score(float_layers, overrides)
+        return self.sqnr_cache[self._key(float_layers, overrides)]
+
+
+def rank(scorer: Scorer, layers: list[str], both: bool = True) -> list[dict]:
+    """Per layer: the score with only this layer in float ('all but this' quantized) and, with `both`, the
+    score with only this layer quantized. Sorted, with `both`, by the damage the layer does alone (lowest
+    'only this' score first, then the largest gain): on deep nets where errors add up over many layers, taking
+    one layer out of INT8 gains little on its own and the 'all but this' scores tie (MobileNetV2: 16 layers in
+    float reach 0.90 top-1 agreement in this order, 0.82 in the order of the gain); else by the gain."""
+    base = scorer.score(())
+    base_sqnr = scorer.sqnr(())
+    rows = []
+    with bar("sensitivity", total=len(layers) * (2 if both else 1), unit="variant") as pbar:
+        for name in layers:
+            row = {"layer": name, "all_but_this": scorer.score((name,))}
+            pbar.update(1)
+            if both:
+                row["only_this"] = scorer.score(tuple(n for n in layers if n != name))
+                pbar.update(1)
+            row["gain"] = row["all_but_this"] - base
+            row["sqnr_gain_db"] = scorer.sqnr((name,)) - base_sqnr
+            rows.append(row)
+    if both:
+        rows.sort(key=lambda r: (r["only_this"], -r["gain"], -r["sqnr_gain_db"]))
+    else:
+        rows.sort(key=lambda r: (-r["gain"], -r["sqnr_gain_db"]))
+    return rows
+
+
+def budget_target(metric: str, fp32_score: float, max_drop: float, min_sqnr_db: float) -> float:
+    """The score to reach: FP32's minus the allowed drop, or for output SQNR (infinite for FP32) a floor in dB."""
+    return min_sqnr_db if metric == "output_sqnr" else fp32_score - max_drop
+
+
+def search(scorer: Scorer, ranking: list[dict], target: float, overrides: dict | None = None) -> dict:
+    """Fewest layers (a prefix of the ranking, found by bisection) whose float fallback reaches `target`, with
+    per-tensor amax `overrides` if given. Returns the layers, the score and the curve measured on the way."""
+    order = [r["layer"] for r in ranking]
+    curve = {0: scorer.score((), overrides)}
+
+    def at(k: int) -> float:
+        if k not in curve:
+            curve[k] = scorer.score(tuple(order[:k]), overrides)
+        return curve[k]
+
+    if at(0) >= target:
+        k = 0
+    elif at(len(order)) < target:
+        k = len(order)
+    else:
+        lo, hi = 0, len(order)  # at(lo) misses, at(hi) meets
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if at(mid) >= target:
+                hi = mid
+            else:
+                lo = mid
+        k = hi
+    for extra in (1, 2, 4, 8, 16, 32):  # a few more points for the chart
+        if extra < len(order):
+            at(extra)
+    return {"float_layers": order[:k], "score": at(k), "met": at(k) >= target, "target": target,
+            "fp32_score": scorer.fp32_score,
+            "int8_score": at(0), "curve": sorted(curve.items()), "variants_run": scorer.runs}
+
+
+def layer_inputs(model: onnx.ModelProto, layers) -> list[str]:
+    """The quantized activation tensors feeding `layers` (node names or first outputs), in the order given."""
+    want = list(layers)
+    found: dict = {}
+    for ni, ii, kind in quantized_inputs(model):
+        node = model.graph.node[ni]
+        name = node.name or node.output[0]
+        if kind == "act" and name in want:
+            found.setdefault(name, []).append(node.input[ii])
+    out = []
+    for name in want:
+        out += [t for t in found.get(name, []) if t not in out]
+    return out
+
+
+def best_of(scorer: Scorer, candidates: dict, tensors, float_layers=()) -> dict:
+    """Per tensor, greedily in the order given, the algorithm whose amax scores best with every choice made so
+    far (ties broken by output SQNR). `candidates`: algorithm -> {tensor: amax}. Returns the chosen
+    {tensor: (algorithm, amax)} that differ from the base, the score before and after."""
+    chosen: dict = {}
+    before = best = scorer.score(float_layers)
+    best_sq = scorer.sqnr(float_layers)
+    with bar("per-tensor algorithm", total=len(tensors), unit="tensor") as pbar:
+        for t in tensors:
+            pick = None
+            for algo, am in candidates.items():
+                if t not in am or am[t] == scorer.amax.get(t) or (t in chosen and am[t] == chosen[t][1]):
+                    continue
+                trial = {**{k: v for k, (_, v) in chosen.items()}, t: am[t]}
+                s, sq = scorer.score(float_layers, trial), scorer.sqnr(float_layers, trial)
+                if (s, sq) > (best, best_sq):
+                    best, best_sq, pick = s, sq, (algo, am[t])
+            if pick:
+                chosen[t] = pick
+            pbar.update(1)
+    return {"choices": chosen, "before": before, "after": best}
+
+
+def layer_precisions(layers: list[str], precision: str = "fp16") -> str:
+    """The TensorRT builder form: one 'layer=precision' per line (calib build --layer-precision)."""
+    return "".join(f"{n}={precision}\n" for n in layers)
