@@ -17,7 +17,8 @@
 #   functional  deploy_gpu.sh's profiles, minilm-test and plugins at builder level 1, side by side (functional
 #               runs: their latencies are not timings); MiniLM's sentences from a staged .npz (no tokenizer there)
 #   ranks-yolov8n  YOLOv8n's implicit engines of the four caches (qdq_table rank-*, accuracy only, two processes)
-#   qdq-yolov3-tiny, qdq-yolov8n   issue 22's table at batch 4, level 1 (QDQ_DEADLINE s each, default 520)
+#   qdq-yolov3-tiny, qdq-yolov8n   issue 22's table at batch 4, level 1 (Y3_DEADLINE / Y8_DEADLINE s: 780 / 600);
+#               YOLOv3-tiny's adds calib-qdq-stem (the stem Conv's output quantized before its LeakyRelu)
 #   qdq-mbv2    MobileNetV2 at level 3, batch 32: implicit, calib-qdq, calib-qdq-like, fp16
 #   minilm-run, yolov8n-run        deploy_gpu.sh's `calib run` steps (level 1)
 set -uo pipefail; shopt -s nullglob
@@ -56,10 +57,16 @@ case $1 in
           QDQ_DEADLINE=900 qdq yolov8n 1 4 rank-percentile,rank-mse /tmp/qdq22/yolov8n-rank-b 330 > "$R/rank-b.log" 2>&1 &
           wait
           ;;
-        qdq-yolov3-tiny|qdq-yolov8n)
-          m=${step#qdq-}
-          qdq "$m" 1 4 implicit,calib-qdq,calib-qdq-like,modelopt-qdq,fp16 "/tmp/qdq22/$m" > "$R/qdq-$m.log" 2>&1
-          echo "exit $?" >> "$R/qdq-$m.log"
+        qdq-yolov3-tiny)  # with the stem rule (--quantize-stem-output) beside the plain placement: 6 builds
+          QDQ_DEADLINE=${Y3_DEADLINE:-780} qdq yolov3-tiny 1 4 \
+            implicit,calib-qdq,calib-qdq-stem,modelopt-qdq,fp16,calib-qdq-like /tmp/qdq22/yolov3-tiny 840 \
+            > "$R/qdq-yolov3-tiny.log" 2>&1
+          echo "exit $?" >> "$R/qdq-yolov3-tiny.log"
+          ;;
+        qdq-yolov8n)
+          QDQ_DEADLINE=${Y8_DEADLINE:-600} qdq yolov8n 1 4 implicit,calib-qdq,modelopt-qdq,fp16,calib-qdq-like \
+            /tmp/qdq22/yolov8n 660 > "$R/qdq-yolov8n.log" 2>&1
+          echo "exit $?" >> "$R/qdq-yolov8n.log"
           ;;
         qdq-mbv2)  # the staging leaves out MobileNetV2's FP32 model: the tree's golden copy is the same file
           [ -f /opt/extra/qdq22/mbv2/model.onnx ] ||

@@ -224,3 +224,37 @@ def test_every_cache_calib_writes_carries_the_ties(tmp_path, tiny_model, tiny_da
     gap_own = res.stats.histogram("gap")  # the GlobalAveragePool output keeps its own (smaller) range
     assert res.amax["minmax"]["gap"] == pytest.approx(gap_own.absmax, rel=1e-6)
     assert res.amax["minmax"]["gap"] < res.amax["minmax"]["add1"]
+
+
+def stem(act="LeakyRelu", channels=3, readers=1):
+    """input (channels) -> Conv -> act -> MaxPool -> Conv: YOLOv3-tiny's layer0."""
+    nodes = [_conv("input", "w0", "c0"), helper.make_node(act, ["c0"], ["a0"], name="act"),
+             helper.make_node("MaxPool", ["a0"], ["p0"], name="pool", kernel_shape=[2, 2], strides=[2, 2]),
+             _conv("p0", "w1", "out")]
+    outs = ["out"] + (["c0"] if readers > 1 else [])
+    if readers > 1:
+        nodes.append(helper.make_node("Relu", ["c0"], ["side"], name="side"))
+        outs.append("side")
+    return _model(nodes, [("input", [1, channels, 8, 8])], outs, [("w0", _w(4, channels)), ("w1", _w(2, 4))])
+
+
+def test_stem_output_is_quantized_before_its_leaky_relu_only_when_asked():
+    m = stem()
+    plain = {(m.graph.node[s.node].name, s.input) for s in place(m)}
+    asked = {(m.graph.node[s.node].name, s.input): s.tensor for s in place(m, stem_output=True)}
+    assert ("act", 0) not in plain
+    assert asked[("act", 0)] == "c0" and set(asked) - plain == {("act", 0)}
+    # not a stem (16 channels), not a LeakyRelu, or a Conv output read twice: no pair
+    for other in (stem(channels=16), stem(act="Relu"), stem(readers=2)):
+        assert not any(other.graph.node[s.node].name == "act" for s in place(other, stem_output=True))
+    x = RNG.normal(0, 0.5, (1, 3, 8, 8)).astype(np.float32)
+    probe = type(m)()
+    probe.CopyFrom(m)
+    probe.graph.output.extend(helper.make_tensor_value_info(t, TensorProto.FLOAT, None) for t in ("c0", "a0", "p0"))
+    seen = OrtRunner(probe).run({"input": x})
+    amax = {"input": float(np.abs(x).max()), **{t: float(np.abs(seen[t]).max()) for t in ("c0", "a0", "p0")}}
+    q = insert_qdq(m, amax, stem_output=True)
+    assert count_qdq(q) == count_qdq(insert_qdq(m, amax)) + 1
+    ref = seen["out"]
+    got = OrtRunner(q).run({"input": x})["out"]
+    assert np.abs(got - ref).max() < 0.05 * np.abs(ref).max()

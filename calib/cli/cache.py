@@ -99,6 +99,9 @@ def cache_diff(a, b, top, ignore_sidecar):
 @click.option("--ignore-hash", is_flag=True, help="Use a cache whose sidecar names another model.")
 @click.option("--allow-unknown", is_flag=True, help="Use a cache naming tensors the model lacks (ignored).")
 @click.option("--int8-weights", is_flag=True, help="Q/DQ: store weights as INT8 initializers (4x smaller file).")
+@click.option("--quantize-stem-output", is_flag=True,
+              help="Q/DQ: also quantize the output of a stem Conv (<= 4 input channels) before its LeakyRelu, "
+                   "which TensorRT 8.6 leaves unfused (YOLOv3-tiny's layer0).")
 @click.option("--like-engine", type=click.Path(exists=True, dir_okay=False), default=None,
               help="Q/DQ: no Q/DQ on the layers this engine (built by calib build: its .json sidecar) ran in "
                    "FP16/FP32, e.g. an implicit INT8 engine's choices carried to an explicit one.")
@@ -106,7 +109,7 @@ def cache_diff(a, b, top, ignore_sidecar):
 @click.option("--out", "-o", required=True, type=click.Path(dir_okay=False))
 @_handled
 def cache_convert(file, model, fmt, carrier, trt_version, exclude, ignore_hash, allow_unknown, int8_weights,
-                  like_engine, ignore_sidecar, allow_partial, out):
+                  quantize_stem_output, like_engine, ignore_sidecar, allow_partial, out):
     """Turn a cache into a Q/DQ ONNX model (TensorRT explicit quantization) or relabel its header (+ sidecar)."""
     from calib.io.files import atomic_write_bytes
     from calib.quantize.cachecheck import CacheChecks, load_checked, write_converted
@@ -131,7 +134,7 @@ def cache_convert(file, model, fmt, carrier, trt_version, exclude, ignore_hash, 
         write_converted(out, c, side, info, carrier, trt_version or c.version, source=file)
         click.echo(f"wrote {out} and its sidecar")
         return
-    q = insert_qdq(proto, c.amaxes(), ex, int8_weights=int8_weights)
+    q = insert_qdq(proto, c.amaxes(), ex, int8_weights=int8_weights, stem_output=quantize_stem_output)
     atomic_write_bytes(out, q.SerializeToString())
     kept = f"; {len(like)} layers left in float as in {like_engine}" if like_engine else ""
     click.echo(f"wrote {out} ({count_qdq(q)} Q/DQ pairs{kept})")

@@ -13,6 +13,10 @@ Rules, each checked on a real engine (benchmarks/RESULTS_QDQ.md) and on small gr
 - Layers that only move values (MaxPool, Resize, Reshape, Transpose, Slice, Pad, ... see calib.quantize.ties.CARRIERS) and
   Concat: when their output is quantized, their inputs are quantized too, with the output's scale, so that the
   whole chain runs in INT8 with no re-quantization (Concat: one scale, the largest of its inputs', shared by all).
+- Optional (stem_output=True): the output of a stem Conv (it reads a model input of at most 4 channels) whose only
+  reader is a LeakyRelu. TensorRT 8.6 does not fuse that LeakyRelu into a 3-channel Conv (YOLOv3-tiny's layer0, in the
+  implicit and the explicit engine alike); with no scale between them the Conv writes FP16 and the LeakyRelu runs in
+  FP16, where the implicit engine runs both in INT8 (benchmarks/RESULTS_QDQ.md).
 - Everything else (Softmax, LayerNorm, Sigmoid/Exp of a detector head, its box decoding) stays in float.
 """
 from __future__ import annotations
@@ -115,6 +119,26 @@ def residual_input(g: Graph, node) -> int | None:
     return other
 
 
+STEM_CHANNELS = 4
+
+
+def _stem_outputs(model: onnx.ModelProto, g: Graph, excluded) -> list[Site]:
+    """The LeakyRelu input of a stem Conv (one reading a model input of <= 4 channels) that nothing else reads."""
+    small = set()
+    for vi in model.graph.input:
+        dims = vi.type.tensor_type.shape.dim
+        if len(dims) == 4 and dims[1].HasField("dim_value") and dims[1].dim_value <= STEM_CHANNELS:
+            small.add(vi.name)
+    out = []
+    for ni, node in enumerate(g.nodes):
+        if node.op_type != "Conv" or g.data_input(node) not in small or excluded(node):
+            continue
+        readers = g.consumers.get(node.output[0], [])
+        if len(readers) == 1 and g.nodes[readers[0]].op_type == "LeakyRelu" and not excluded(g.nodes[readers[0]]):
+            out.append(Site(readers[0], 0, "act", node.output[0], node.output[0]))
+    return out
+
+
 def _seeds(model: onnx.ModelProto, g: Graph, excluded) -> list[Site]:
     inits = {t.name for t in model.graph.initializer}
     out = []
@@ -204,8 +228,9 @@ def _groups(g: Graph, sites: list[Site]) -> list[Site]:
     return out
 
 
-def place(model: onnx.ModelProto, excluded=lambda node: False) -> list[Site]:
+def place(model: onnx.ModelProto, excluded=lambda node: False, stem_output: bool = False) -> list[Site]:
     """Every edge TensorRT should see quantized, in graph order."""
     g = Graph.of(model)
-    sites = _groups(g, _spread(g, _seeds(model, g, excluded), excluded))
+    seeds = _seeds(model, g, excluded) + (_stem_outputs(model, g, excluded) if stem_output else [])
+    sites = _groups(g, _spread(g, seeds, excluded))
     return sorted(sites, key=lambda s: (s.node, s.input))

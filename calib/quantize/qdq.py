@@ -100,11 +100,12 @@ def _weight_pair(node, ii: int, w: np.ndarray, per_channel: bool, int8: bool, na
 
 def insert_qdq(model: onnx.ModelProto, amax: dict, exclude: Exclusions = Exclusions(),
                per_channel: bool = True, weights: bool = True, activations: bool = True,
-               int8_weights: bool = False) -> onnx.ModelProto:
+               int8_weights: bool = False, stem_output: bool = False) -> onnx.ModelProto:
     """A copy of `model` with Q/DQ pairs; `amax` maps activation tensor names to their amax.
 
     The amax table goes through TensorRT's scale ties first (calib.quantize.ties), so a cache and its Q/DQ model agree.
-    weights=False or activations=False leaves that kind in float (to tell which of the two costs accuracy)."""
+    weights=False or activations=False leaves that kind in float (to tell which of the two costs accuracy);
+    stem_output: also quantize a stem Conv's output before its LeakyRelu (calib.quantize.placement)."""
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
     if opset < 13:
         raise ModelError(f"{model.graph.name}: Q/DQ needs opset >= 13 (model has {opset}); "
@@ -119,7 +120,7 @@ def insert_qdq(model: onnx.ModelProto, amax: dict, exclude: Exclusions = Exclusi
     done: dict[tuple, str] = {}  # (tensor, scale source) -> dequantized name
     rewires = []
     missing = set()
-    for site in place(m, exclude.excludes):
+    for site in place(m, exclude.excludes, stem_output=stem_output):
         if not (weights if site.kind == "weight" else activations):
             continue
         node = g.node[site.node]
