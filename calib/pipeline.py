@@ -117,7 +117,8 @@ def check_qdq_weights(path, accept: bool, option: str) -> None:
     """Before any pass: the Q/DQ model of `path` (made with placeholder scales) has no layer with a quantized
     input and a float weight, unless `accept` (`option` names the key that accepts it)."""
     model = onnx.load(str(path))
-    cov = weight_coverage(insert_qdq(model, {t: 1.0 for n in model.graph.node for t in n.output}, label=str(path)))
+    tensors = [i.name for i in model.graph.input] + [t for n in model.graph.node for t in n.output]
+    cov = weight_coverage(insert_qdq(model, dict.fromkeys(tensors, 1.0), label=str(path)))
     check_float_weights(cov, str(path), accept, option)
     log.info("%s: %s", path, cov.describe())
 
