@@ -65,11 +65,10 @@ def test_a_weight_behind_nodes_is_quantized_per_channel_like_an_initializer(how)
 def test_the_simulations_quantize_them_too(how):
     m, base = two_convs(how), two_convs("initializer")
     fp32 = _run(m)
-    for pm in (pr.implicit_rules(m), pr.explicit_rules(m), None):
-        got, want = _run(simulated_model(m, AMAX, pm)), _run(simulated_model(base, AMAX, pr.implicit_rules(base)
-                                                                              if pm is not None and pm.mode ==
-                                                                              "implicit" else pm))
-        assert np.array_equal(got, want), (how, pm and pm.mode)
+    for rules in (pr.implicit_rules, pr.explicit_rules, None):  # None: calib's placement
+        pm, pm_base = (rules(m), rules(base)) if rules else (None, None)
+        got, want = _run(simulated_model(m, AMAX, pm)), _run(simulated_model(base, AMAX, pm_base))
+        assert np.array_equal(got, want), (how, rules)
         assert not np.allclose(got, fp32, atol=1e-5)
     sim = simulated_model(m, AMAX, pr.implicit_rules(m))
     assert _axis(_weight_dq(sim, "conv1")[0]) == 0
@@ -145,7 +144,8 @@ def test_cache_convert_prints_the_counts_and_refuses_a_float_weight(tmp_path):
     normed = tmp_path / "normed.onnx"
     onnx.save(_weight_normed(), str(normed))
     out = tmp_path / "n.onnx"
-    r = _invoke("cache", "convert", tmp_path / "c.cache", "--model", normed, "--to", "qdq", "--allow-partial", "-o", out)
+    r = _invoke("cache", "convert", tmp_path / "c.cache", "--model", normed, "--to", "qdq", "--allow-partial",
+                "-o", out)
     assert r.exit_code == 2 and r.output.count("\n") == 1 and "layer 'conv1' gets Q/DQ" in r.output, r.output
     assert "--allow-float-weights writes the model anyway" in r.output and not out.exists()
     r = _invoke("cache", "convert", tmp_path / "c.cache", "--model", normed, "--to", "qdq", "--allow-partial",

@@ -45,6 +45,7 @@ def two_convs(how: str = "initializer", shared: bool = False, opset: int = 13):
     nodes += [helper.make_node("Conv", ["input", "w1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
               helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
               helper.make_node("Conv", ["r1", "w1" if shared else "w2"], ["out"], name="conv2", pads=[1, 1, 1, 1])]
-    g = helper.make_graph(nodes, "two_convs", [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["N", C, 6, 6])],
+    g = helper.make_graph(nodes, "two_convs",
+                          [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["N", C, 6, 6])],
                           [helper.make_tensor_value_info("out", TensorProto.FLOAT, ["N", C, 6, 6])], inits)
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)], ir_version=8)

@@ -4,8 +4,8 @@ Activations get one per-tensor scale (symmetric int8, zero point 0) from the cal
 ties (calib.quantize.ties); weights of Conv/ConvTranspose/Gemm/MatMul get per-output-channel scales from their own absolute
 maximum, stored as float behind a Q/DQ pair or, with int8_weights, as INT8 initializers behind a DequantizeLinear
 (4x smaller files, the same values). A weight behind Constant/Identity/Cast/Reshape/Transpose nodes is folded into
-an initializer first (calib.quantize.weights); a model below opset 13 is converted (calib.quantize.opset). Layers can be excluded (kept in float) by node name, glob pattern on node or
-output name, or op type.
+an initializer first (calib.quantize.weights); a model below opset 13 is converted (calib.quantize.opset). Layers
+can be excluded (kept in float) by node name, glob pattern on node or output name, or op type.
 """
 from __future__ import annotations
 
