@@ -23,6 +23,7 @@ from calib.io.progress import bar
 from calib.io.publish import publish
 from calib.quantize import cache as cachefmt
 from calib.quantize.model import ModelInfo, inspect_model, load_model, relu_bounds
+from calib.quantize.opset import check_convertible
 from calib.quantize.ties import file_tie_sources, tie_amax, tie_sources
 from calib.stats import warmup
 from calib.stats.histogram import DEFAULT_BINS, HistogramCollector
@@ -150,6 +151,7 @@ def collect(model_path: str | Path, source, micro_batch: int = 8, nbins: int = D
 
     warmup.start()
     proto = load_model(model_path)
+    check_convertible(proto, str(model_path))  # its Q/DQ models need opset 13: refused now, not after the pass
     info = info or inspect_model(model_path, proto)
     file_tie_sources(model_path, proto)  # for compute_all, without loading the model again
     inputs = [n for n, _, _ in info.inputs]

@@ -20,7 +20,9 @@ from calib.io.files import atomic_write_bytes
 from calib.io.progress import setup_logging
 from calib.io.publish import publish
 from calib.quantize import cache as cachefmt
+from calib.quantize.coverage import check_float_weights, weight_coverage
 from calib.quantize.model import inspect_model
+from calib.quantize.opset import describe_opset
 from calib.quantize.qdq import insert_qdq
 from calib.recipe import Recipe
 from calib.version import __version__
@@ -111,6 +113,16 @@ def deployed_precision(model_path, deploy: str = "implicit", engine_layers: str 
     return pm
 
 
+def check_qdq_weights(path, accept: bool, option: str) -> None:
+    """Before any pass: the Q/DQ model of `path` (made with placeholder scales) has no layer with a quantized
+    input and a float weight, unless `accept` (`option` names the key that accepts it)."""
+    model = onnx.load(str(path))
+    tensors = [i.name for i in model.graph.input] + [t for n in model.graph.node for t in n.output]
+    cov = weight_coverage(insert_qdq(model, dict.fromkeys(tensors, 1.0), label=str(path)))
+    check_float_weights(cov, str(path), accept, option)
+    log.info("%s: %s", path, cov.describe())
+
+
 def _run(recipe: Recipe, stage: Path, final: Path | None = None) -> None:
     t0 = time.perf_counter()
     model_path = original = resolve(recipe.model)
@@ -143,6 +155,8 @@ def _run(recipe: Recipe, stage: Path, final: Path | None = None) -> None:
     pm = deployed_precision(model_path, recipe.evaluation.deploy, recipe.evaluation.engine_layers,
                             f"{recipe.source}: evaluation.engine_layers")  # a wrong file fails before the pass
     log.info("simulating the deployed build: %s", pm.describe())
+    check_qdq_weights(deployed if plugins else model_path, c.allow_float_weights,
+                      f"calibration.allow_float_weights: true (in {recipe.source})")
     left_out: list = []  # samples holding NaN/Inf, with calibration_data.skip_nonfinite
     info, stats, samples, fp = collect(model_path, csrc, label=recipe.calibration_data.path, info=info,
                                        skip_nonfinite=recipe.calibration_data.skip_nonfinite, dropped=left_out,
@@ -192,8 +206,9 @@ def _run(recipe: Recipe, stage: Path, final: Path | None = None) -> None:
     best = summ["best"]
     qdq_from = deployed if plugins else Path(model_path)
     qdq_name = f"{qdq_from.stem}.{best}.qdq.onnx"
-    q = insert_qdq(onnx.load(str(qdq_from)), amax[best], int8_weights=c.int8_weights)
+    q = insert_qdq(onnx.load(str(qdq_from)), amax[best], int8_weights=c.int8_weights, label=str(qdq_from))
     atomic_write_bytes(stage / qdq_name, q.SerializeToString())
+    log.info("wrote %s (%s; %s)", qdq_name, describe_opset(q), weight_coverage(q).describe())
     files += [f for f in (qdq_name, "report.json", "report.md", "report.html", "run.log") if f not in files]
     report = {"recipe": recipe.name, "recipe_file": recipe.source, "calib_version": __version__,
               "model": recipe.model if recipe.model.startswith("zoo:") else str(original),

@@ -59,13 +59,13 @@ def test_qdq_model_runs_close_to_fp32(tmp_path, tiny_data):
     assert 1e-4 < err < 0.05
 
 
-def test_low_opset_is_an_error(tmp_path):
+def test_low_opset_is_converted_not_refused(tmp_path):
+    """Below opset 13 the Q/DQ model is made of a converted copy (tests/test_opset.py has the rules)."""
     m = onnx.load(str(conv_relu_gap(tmp_path / "t.onnx")))
     m.opset_import[0].version = 11
-    from calib.errors import ModelError
-
-    with pytest.raises(ModelError, match="opset >= 13"):
-        insert_qdq(m, {})
+    q = insert_qdq(m, {t: 1.0 for t in ["input", "relu1", "pool1", "add1", "flat"]})
+    assert q.opset_import[0].version == 13 and m.opset_import[0].version == 11
+    assert {p.key: p.value for p in q.metadata_props}["calib.converted_from_opset"] == "11"
 
 
 def test_like_engine_leaves_the_implicit_engines_float_layers_without_qdq(tmp_path):

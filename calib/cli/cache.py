@@ -102,6 +102,9 @@ def cache_diff(a, b, top, ignore_sidecar):
 @click.option("--quantize-stem-output", is_flag=True,
               help="Q/DQ: also quantize the output of a stem Conv (<= 4 input channels) before its LeakyRelu, "
                    "which TensorRT 8.6 leaves unfused (YOLOv3-tiny's layer0).")
+@click.option("--allow-float-weights", is_flag=True,
+              help="Q/DQ: write the model even where a layer's input gets Q/DQ but its weight stays float "
+                   "(refused by default: TensorRT cannot run that layer in INT8).")
 @click.option("--like-engine", type=click.Path(exists=True, dir_okay=False), default=None,
               help="Q/DQ: no Q/DQ on the layers this engine (built by calib build: its .json sidecar) ran in "
                    "FP16/FP32, e.g. an implicit INT8 engine's choices carried to an explicit one.")
@@ -109,15 +112,18 @@ def cache_diff(a, b, top, ignore_sidecar):
 @click.option("--out", "-o", required=True, type=click.Path(dir_okay=False))
 @_handled
 def cache_convert(file, model, fmt, carrier, trt_version, exclude, ignore_hash, allow_unknown, int8_weights,
-                  quantize_stem_output, like_engine, ignore_sidecar, allow_partial, out):
+                  quantize_stem_output, allow_float_weights, like_engine, ignore_sidecar, allow_partial, out):
     """Turn a cache into a Q/DQ ONNX model (TensorRT explicit quantization) or relabel its header (+ sidecar)."""
     from calib.io.files import atomic_write_bytes
     from calib.quantize.cachecheck import CacheChecks, load_checked, write_converted
+    from calib.quantize.coverage import check_float_weights, weight_coverage
     from calib.quantize.model import inspect_model, load_model
+    from calib.quantize.opset import at_qdq_opset, describe_opset
     from calib.quantize.patterns import check_exclusions
     from calib.quantize.qdq import Exclusions, count_qdq, excluded_from, insert_qdq
 
     proto = load_model(model)
+    qproto = at_qdq_opset(proto, model) if fmt == "qdq" else proto  # below opset 13: converted, names kept
     ex = check_exclusions(proto, exclude, model) if fmt == "qdq" else excluded_from(())
     if like_engine and fmt != "qdq":
         raise CalibError("--like-engine applies to --to qdq only")
@@ -134,7 +140,10 @@ def cache_convert(file, model, fmt, carrier, trt_version, exclude, ignore_hash, 
         write_converted(out, c, side, info, carrier, trt_version or c.version, source=file)
         click.echo(f"wrote {out} and its sidecar")
         return
-    q = insert_qdq(proto, c.amaxes(), ex, int8_weights=int8_weights, stem_output=quantize_stem_output)
+    q = insert_qdq(qproto, c.amaxes(), ex, int8_weights=int8_weights,
+                   stem_output=quantize_stem_output)
+    cov = weight_coverage(q)
+    check_float_weights(cov, model, allow_float_weights, "--allow-float-weights")
     atomic_write_bytes(out, q.SerializeToString())
     kept = f"; {len(like)} layers left in float as in {like_engine}" if like_engine else ""
-    click.echo(f"wrote {out} ({count_qdq(q)} Q/DQ pairs{kept})")
+    click.echo(f"wrote {out} ({count_qdq(q)} Q/DQ pairs; {cov.describe()}; {describe_opset(q)}{kept})")

@@ -16,11 +16,11 @@ from dataclasses import replace
 
 import numpy as np
 import onnx
-from onnx import numpy_helper
 
 from calib.deploy.precision import FP16, INT8, PrecisionModel, node_name
 from calib.quantize.placement import WEIGHTED
-from calib.quantize.qdq import Exclusions, _order, _pair, _weight_pair, insert_qdq, quantizable_layers
+from calib.quantize.opset import at_qdq_opset, mark_opset
+from calib.quantize.qdq import Exclusions, WeightPairs, _order, _pair, _set_kernel_shape, insert_qdq, quantizable_layers
 from calib.quantize.ties import Graph, tie_amax
 
 log = logging.getLogger(__name__)
@@ -29,7 +29,9 @@ log = logging.getLogger(__name__)
 def simulated_model(model: onnx.ModelProto, amax: dict, pm: PrecisionModel | None,
                     exclude: Exclusions = Exclusions()) -> onnx.ModelProto:
     """The Q/DQ model of `model` with `amax` as the engine described by `pm` would run it (None: calib's
-    placement, as for a Q/DQ model)."""
+    placement, as for a Q/DQ model). A model below opset 13 is converted first, its names kept
+    (calib.quantize.opset)."""
+    model = at_qdq_opset(model)
     if pm is None:
         return insert_qdq(model, amax, exclude)
     if pm.mode == "explicit":
@@ -42,12 +44,14 @@ def simulated_model(model: onnx.ModelProto, amax: dict, pm: PrecisionModel | Non
 
 
 def implicit_qdq(model: onnx.ModelProto, amax: dict, pm: PrecisionModel) -> onnx.ModelProto:
-    m = onnx.ModelProto()
-    m.CopyFrom(model)
+    m = at_qdq_opset(model)
+    if m is model:
+        m = onnx.ModelProto()
+        m.CopyFrom(model)
     g = m.graph
     graph = Graph.of(m)
     amax = tie_amax(m, amax)
-    inits = {t.name: t for t in g.initializer}
+    pairs = WeightPairs(m)
     index = {node_name(n): i for i, n in enumerate(g.node)}
     layer_of = {}
     for li, group in enumerate(pm.layers):
@@ -61,15 +65,11 @@ def implicit_qdq(model: onnx.ModelProto, amax: dict, pm: PrecisionModel) -> onnx
         for k, t in enumerate(node.input):
             if not t:
                 continue
-            if t in inits:
-                if node.op_type in WEIGHTED and k == 1:
-                    key = ("w", t)
-                    if key not in done:
-                        w = numpy_helper.to_array(inits[t])
-                        done[key] = _weight_pair(node, k, w, True, False, t, new_nodes, new_inits)
-                    rewires.append((i, k, done[key], inits[t]))
-                continue
-            if t in graph.constants:
+            if t in graph.constants:  # an initializer, or a constant behind Constant/Identity/Cast/... nodes
+                if node.op_type in WEIGHTED and k <= 1:
+                    got = pairs.dq(node, k, t)
+                    if got is not None:
+                        rewires.append((i, k, *got))
                 continue
             p = graph.producer.get(t)
             if p is not None and i in layer_of and layer_of.get(p) == layer_of[i]:
@@ -82,15 +82,18 @@ def implicit_qdq(model: onnx.ModelProto, amax: dict, pm: PrecisionModel) -> onnx
                 scale = np.array(max(float(amax[t]), 1e-12) / 127.0, np.float32)
                 done[key] = _pair(t, f"{t}_engine", scale, None, new_nodes, new_inits)
             rewires.append((i, k, done[key], None))
-    for i, k, new, weight in rewires:
+    for i, k, new, shape in rewires:
         node = g.node[i]
         node.input[k] = new
-        if weight is not None and node.op_type in ("Conv", "ConvTranspose") and \
-                not any(a.name == "kernel_shape" for a in node.attribute):
-            node.attribute.append(onnx.helper.make_attribute("kernel_shape", list(weight.dims[2:])))
+        if shape is not None:
+            _set_kernel_shape(node, shape)
     if missing:
         log.warning("no scale for %d tensors read by INT8 layers, left in float: %s", len(missing),
                     ", ".join(sorted(missing)[:5]))
-    _order(g, new_nodes)
-    g.initializer.extend(new_inits)
+    for t, why in pairs.unfolded.items():
+        log.warning("weight %s read by an INT8 layer left in float: %s", t, why)
+    _order(g, new_nodes + pairs.nodes)
+    g.initializer.extend(new_inits + pairs.inits)
+    pairs.finish(g)
+    mark_opset(m)
     return m

@@ -11,6 +11,7 @@ from calib.deploy.simulate import simulated_model
 from calib.evaluate.metrics import OutputRows, TensorStats
 from calib.io.memory import release
 from calib.quantize.model import ModelInfo
+from calib.quantize.opset import at_qdq_opset
 from calib.quantize.qdq import Exclusions, count_qdq
 from calib.runners.onnxruntime import OrtRunner
 
@@ -79,13 +80,14 @@ class Simulator:
         release()  # each session's set-up copies (model bytes, parsed graph) back before the next one
         self.tests = {}
         exclude, precision = exclude or {}, precision or {}
+        qproto = at_qdq_opset(proto, str(model_path)) if configs else proto  # below opset 13: converted once
         for name, amax in configs.items():
-            q = simulated_model(proto, amax, precision.get(name), exclude.get(name, Exclusions()))
+            q = simulated_model(qproto, amax, precision.get(name), exclude.get(name, Exclusions()))
             log.info("%s: INT8 simulation with %d Q/DQ pairs", name, count_qdq(q))
             self.tests[name] = OrtRunner(q, expose=expose, spin=False, lean=True, label=f"{model_path} ({name})")
             del q
             release()
-        del proto
+        del proto, qproto
         release()
         avail = set(self.ref.tensor_names())
         self.names = [n for n in self.names if n in avail]

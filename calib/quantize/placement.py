@@ -1,7 +1,9 @@
 """Where Q/DQ pairs go so that TensorRT fuses them and runs the model in INT8 (explicit quantization).
 
 Rules, each checked on a real engine (benchmarks/RESULTS_QDQ.md) and on small graphs (tests/test_placement.py):
-- Conv / ConvTranspose / Gemm / MatMul: the data input, and the weight (per output channel). A bias stays float.
+- Conv / ConvTranspose / Gemm / MatMul: the data input, and the weight (per output channel), whether an initializer
+  or a constant behind Constant / Identity / Cast / Reshape / Transpose nodes (calib.quantize.weights). A bias
+  stays float.
   MatMul with two activations (attention's Q*K^T and attention*V) gets both inputs quantized.
 - Nothing between a Conv and the activation after it (Relu, Clip, LeakyRelu, Sigmoid*Mul as SiLU, ...): TensorRT
   fuses Conv + activation + the next layer's Q into one INT8 kernel with an INT8 output.
@@ -139,19 +141,15 @@ def _stem_outputs(model: onnx.ModelProto, g: Graph, excluded) -> list[Site]:
     return out
 
 
-def _seeds(model: onnx.ModelProto, g: Graph, excluded) -> list[Site]:
-    inits = {t.name for t in model.graph.initializer}
+def _seeds(g: Graph, excluded) -> list[Site]:
     out = []
     for ni, node in enumerate(g.nodes):
         if excluded(node):
             continue
         if node.op_type in WEIGHTED:
             for ii, name in enumerate(node.input[:2]):
-                if name:
-                    kind = "weight" if name in inits else "act"
-                    if kind == "act" and name in g.constants:
-                        continue
-                    out.append(Site(ni, ii, kind, name, name))
+                if name:  # a constant (initializer, or one behind Constant/Identity/Cast/Reshape/Transpose)
+                    out.append(Site(ni, ii, "weight" if name in g.constants else "act", name, name))
         elif node.op_type in POOLING and node.input and node.input[0] not in g.constants:
             out.append(Site(ni, 0, "act", node.input[0], node.input[0]))
         elif node.op_type == "Add":
@@ -231,6 +229,6 @@ def _groups(g: Graph, sites: list[Site]) -> list[Site]:
 def place(model: onnx.ModelProto, excluded=lambda node: False, stem_output: bool = False) -> list[Site]:
     """Every edge TensorRT should see quantized, in graph order."""
     g = Graph.of(model)
-    seeds = _seeds(model, g, excluded) + (_stem_outputs(model, g, excluded) if stem_output else [])
+    seeds = _seeds(g, excluded) + (_stem_outputs(model, g, excluded) if stem_output else [])
     sites = _groups(g, _spread(g, seeds, excluded))
     return sorted(sites, key=lambda s: (s.node, s.input))

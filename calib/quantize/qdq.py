@@ -3,8 +3,9 @@
 Activations get one per-tensor scale (symmetric int8, zero point 0) from the calibrated amax after TensorRT's scale
 ties (calib.quantize.ties); weights of Conv/ConvTranspose/Gemm/MatMul get per-output-channel scales from their own absolute
 maximum, stored as float behind a Q/DQ pair or, with int8_weights, as INT8 initializers behind a DequantizeLinear
-(4x smaller files, the same values). Layers can be excluded (kept in float) by node name, glob pattern on node or
-output name, or op type.
+(4x smaller files, the same values). A weight behind Constant/Identity/Cast/Reshape/Transpose nodes is folded into
+an initializer first (calib.quantize.weights); a model below opset 13 is converted (calib.quantize.opset). Layers
+can be excluded (kept in float) by node name, glob pattern on node or output name, or op type.
 """
 from __future__ import annotations
 
@@ -17,9 +18,10 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from calib.errors import ModelError
+from calib.quantize.opset import at_qdq_opset, mark_opset
 from calib.quantize.placement import place
 from calib.quantize.ties import tie_amax
+from calib.quantize.weights import Folder, prune
 
 log = logging.getLogger(__name__)
 
@@ -35,15 +37,17 @@ class Exclusions:
         return any(fnmatch.fnmatchcase(k, pat) for pat in self.names for k in keys if k)
 
 
-def _weight_axis(node, index: int, init: np.ndarray) -> int:
+def _weight_axis(node, index: int, w: np.ndarray) -> int:
+    """The output-channel axis of weight input `index` of `node` (the axis that is not summed over)."""
     if node.op_type == "Conv":
         return 0
     if node.op_type == "ConvTranspose":
         return 1
     if node.op_type == "Gemm":
-        trans_b = next((a.i for a in node.attribute if a.name == "transB"), 0)
-        return 0 if trans_b else 1
-    return init.ndim - 1  # MatMul: output features are the last axis
+        name = "transB" if index == 1 else "transA"
+        t = next((a.i for a in node.attribute if a.name == name), 0)
+        return (0 if t else 1) if index == 1 else (1 if t else 0)
+    return w.ndim - 1 if index == 1 else w.ndim - 2  # MatMul: B's columns, or A's rows when A is the constant
 
 
 def quantized_inputs(model: onnx.ModelProto, exclude: Exclusions = Exclusions()) -> list[tuple[int, int, str]]:
@@ -91,30 +95,79 @@ def weight_scales(w: np.ndarray, axis: int) -> np.ndarray:
     return np.where(amax > 0, amax / 127.0, 1.0).astype(np.float32)
 
 
-def _weight_pair(node, ii: int, w: np.ndarray, per_channel: bool, int8: bool, name: str, nodes, inits) -> str:
-    axis = _weight_axis(node, ii, w) if per_channel and w.ndim > 1 else None
-    scale = weight_scales(w, axis) if axis is not None else np.array(
-        max(float(np.abs(w).max()), 1e-12) / 127.0, np.float32)
-    return _pair(name, name, scale, axis, nodes, inits, weight=w if int8 else None)
+class WeightPairs:
+    """The weight Q/DQ pairs of one model: per output channel, each (weight, axis) once.
+
+    A weight that is a constant without being an initializer (behind Constant, Identity, Cast, Reshape or
+    Transpose nodes: calib.quantize.weights) is folded: its value becomes an initializer behind the pair, and
+    `finish` removes the nodes that computed it once nothing else reads them."""
+
+    def __init__(self, model: onnx.ModelProto, per_channel: bool = True, int8: bool = False):
+        self.folder = Folder(model)
+        self.initializers = {t.name for t in model.graph.initializer}
+        self.per_channel, self.int8 = per_channel, int8
+        self.nodes: list = []
+        self.inits: list = []
+        self.unfolded: dict[str, str] = {}  # weight -> why it stays float
+        self._done: dict[tuple, str] = {}
+        self._made: set[str] = set()
+
+    def dq(self, node, index: int, tensor: str) -> tuple[str, tuple] | None:
+        """(the dequantized weight's name, the weight's shape) for input `index` of `node`; None when the weight
+        cannot be folded (the reason kept in `unfolded`)."""
+        try:
+            w = self.folder.value(tensor)
+        except Exception as exc:  # a Cast to a type numpy lacks, a Reshape that does not fit...
+            self.unfolded[tensor] = f"calib could not fold it ({exc})"
+            return None
+        if w.dtype.kind != "f":
+            self.unfolded[tensor] = f"a {w.dtype} constant"
+            return None
+        axis = _weight_axis(node, index, w) if self.per_channel and w.ndim > 1 else None
+        key = (tensor, axis)
+        if key not in self._done:
+            tag = tensor if not any(k[0] == tensor for k in self._done) else f"{tensor}_axis{axis}"
+            src = tensor
+            if tensor not in self.initializers:
+                self._made |= self.folder.chain(tensor)
+                src = f"{tensor}_folded"
+                if not self.int8 and not any(t.name == src for t in self.inits):
+                    self.inits.append(numpy_helper.from_array(w, src))
+            scale = weight_scales(w, axis) if axis is not None else np.array(
+                max(float(np.abs(w).max()), 1e-12) / 127.0, np.float32)
+            self._done[key] = _pair(src, tag, scale, axis, self.nodes, self.inits, weight=w if self.int8 else None)
+        return self._done[key], tuple(w.shape)
+
+    def finish(self, graph: onnx.GraphProto) -> None:
+        """Remove the nodes of folded weights that nothing reads any more (call after rewiring)."""
+        if self._made:
+            prune(graph, self._made)
+
+
+def _set_kernel_shape(node, shape: tuple) -> None:
+    if node.op_type in ("Conv", "ConvTranspose") and not any(a.name == "kernel_shape" for a in node.attribute):
+        # a Conv whose weights come out of a DequantizeLinear needs kernel_shape (TensorRT 8.6's parser)
+        node.attribute.append(helper.make_attribute("kernel_shape", list(shape[2:])))
 
 
 def insert_qdq(model: onnx.ModelProto, amax: dict, exclude: Exclusions = Exclusions(),
                per_channel: bool = True, weights: bool = True, activations: bool = True,
-               int8_weights: bool = False, stem_output: bool = False) -> onnx.ModelProto:
+               int8_weights: bool = False, label: str | None = None,
+               stem_output: bool = False) -> onnx.ModelProto:
     """A copy of `model` with Q/DQ pairs; `amax` maps activation tensor names to their amax.
 
-    The amax table goes through TensorRT's scale ties first (calib.quantize.ties), so a cache and its Q/DQ model agree.
-    weights=False or activations=False leaves that kind in float (to tell which of the two costs accuracy);
-    stem_output: also quantize a stem Conv's output before its LeakyRelu (calib.quantize.placement)."""
-    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
-    if opset < 13:
-        raise ModelError(f"{model.graph.name}: Q/DQ needs opset >= 13 (model has {opset}); "
-                         "upgrade with onnx.version_converter")
-    m = onnx.ModelProto()
-    m.CopyFrom(model)
+    A model below opset 13 is converted first (calib.quantize.opset; `label` names it in errors); the copy's
+    metadata says its opset. The amax table goes through TensorRT's scale ties first (calib.quantize.ties), so a
+    cache and its Q/DQ model agree. weights=False or activations=False leaves that kind in float (to tell which
+    of the two costs accuracy); stem_output: also quantize a stem Conv's output before its LeakyRelu
+    (calib.quantize.placement)."""
+    m = at_qdq_opset(model, label)
+    if m is model:
+        m = onnx.ModelProto()
+        m.CopyFrom(model)
     g = m.graph
     amax = tie_amax(m, amax, qdq=True)
-    inits = {t.name: t for t in g.initializer}
+    pairs = WeightPairs(m, per_channel, int8_weights)
     new_nodes: list = []
     new_inits: list = []
     done: dict[tuple, str] = {}  # (tensor, scale source) -> dequantized name
@@ -124,38 +177,40 @@ def insert_qdq(model: onnx.ModelProto, amax: dict, exclude: Exclusions = Exclusi
         if not (weights if site.kind == "weight" else activations):
             continue
         node = g.node[site.node]
+        if site.kind == "weight":
+            got = pairs.dq(node, site.input, site.tensor)
+            if got is not None:
+                rewires.append((site, *got))
+            continue
         src = site.scale_from()
         key = (site.tensor, src)
         if key not in done:
-            if site.kind == "weight":
-                w = numpy_helper.to_array(inits[site.tensor])
-                done[key] = _weight_pair(node, site.input, w, per_channel, int8_weights, site.tensor,
-                                         new_nodes, new_inits)
-            else:
-                if any(t not in amax for t in src):
-                    missing.update(t for t in src if t not in amax)
-                    continue
-                a = max(float(amax[t]) for t in src)
-                tag = site.tensor if src == (site.tensor,) else f"{site.tensor}_as_{src[0]}"
-                scale = np.array(max(a, 1e-12) / 127.0, np.float32)
-                done[key] = _pair(site.tensor, tag, scale, None, new_nodes, new_inits)
-        rewires.append((site, done[key]))
-    for site, new in rewires:
+            if any(t not in amax for t in src):
+                missing.update(t for t in src if t not in amax)
+                continue
+            a = max(float(amax[t]) for t in src)
+            tag = site.tensor if src == (site.tensor,) else f"{site.tensor}_as_{src[0]}"
+            scale = np.array(max(a, 1e-12) / 127.0, np.float32)
+            done[key] = _pair(site.tensor, tag, scale, None, new_nodes, new_inits)
+        rewires.append((site, done[key], None))
+    for site, new, shape in rewires:
         node = g.node[site.node]
         node.input[site.input] = new
-        if site.kind == "weight" and node.op_type in ("Conv", "ConvTranspose") and \
-                not any(a.name == "kernel_shape" for a in node.attribute):
-            # a Conv whose weights come out of a DequantizeLinear needs kernel_shape (TensorRT 8.6's parser)
-            node.attribute.append(helper.make_attribute("kernel_shape", list(inits[site.tensor].dims[2:])))
+        if shape is not None:
+            _set_kernel_shape(node, shape)
     if missing:
         log.warning("no scale for %d tensors, left in float: %s", len(missing), ", ".join(sorted(missing)[:5]))
-    _order(g, new_nodes)
-    g.initializer.extend(new_inits)
+    for t, why in pairs.unfolded.items():
+        log.warning("weight %s left in float: %s", t, why)
+    _order(g, new_nodes + pairs.nodes)
+    g.initializer.extend(new_inits + pairs.inits)
+    pairs.finish(g)
     if int8_weights:
         used = {i for n in g.node for i in n.input}
         keep = [t for t in g.initializer if t.name in used]
         del g.initializer[:]
         g.initializer.extend(keep)
+    mark_opset(m)
     return m
 
 

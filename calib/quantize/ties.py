@@ -23,6 +23,7 @@ import onnx
 
 from calib.io.files import per_file
 from calib.quantize.model import load_model
+from calib.quantize.weights import constant_tensors
 
 # Ops whose output holds a subset (or a re-arrangement) of their first input's values: the scale carries over.
 CARRIERS = frozenset({
@@ -45,21 +46,19 @@ class Graph:
     nodes: tuple
     producer: dict  # tensor -> node index
     consumers: dict  # tensor -> [node index, ...]
-    constants: frozenset  # initializers and Constant outputs
+    constants: frozenset  # initializers, Constant outputs and what Identity/Cast/Reshape/Transpose make of them
 
     @classmethod
     def of(cls, model: onnx.ModelProto) -> "Graph":
         g = model.graph
         producer, consumers = {}, {}
-        consts = {t.name for t in g.initializer}
         for i, n in enumerate(g.node):
             for o in n.output:
                 producer[o] = i
-                if n.op_type == "Constant":
-                    consts.add(o)
             for t in n.input:
                 if t:
                     consumers.setdefault(t, []).append(i)
+        consts = constant_tensors(g.node, (t.name for t in g.initializer))
         return cls(tuple(g.node), producer, consumers, frozenset(consts))
 
     def node_of(self, tensor: str):
