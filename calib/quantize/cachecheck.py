@@ -16,8 +16,8 @@ import onnx
 from calib.quantize.cache import (CalibrationCache, Sidecar, check_model_hash, format_cache, read_cache, read_sidecar,
                          sidecar_path, validate_against)
 from calib.errors import CacheError
-from calib.io.files import printable, recover_together, replace_together, sha256_file
-from calib.io.publish import read_manifest, refresh_manifest
+from calib.io.files import printable, recover_together, replace_together
+from calib.io.manifest import matches, read_manifest, refresh_manifest
 from calib.quantize.model import ModelInfo, load_model
 from calib.quantize.qdq import Exclusions, quantized_inputs
 
@@ -47,8 +47,8 @@ def checked_sidecar(path: str | Path, cache: CalibrationCache, ignore: bool = Fa
     manifest = read_manifest(path.parent) or {"files": {}}
     listed = manifest["files"].get(path.name)
     try:
-        if listed is not None and listed != sha256_file(path):
-            raise CacheError(f"{path}: not the file calib wrote there (the folder's manifest has another sha256: "
+        if listed is not None and not matches(path, listed):
+            raise CacheError(f"{path}: not the file calib wrote there (the folder's manifest has another size or sha256: "
                              f"edited, cut or from another run?); {_OVERRIDE}")
         side = read_sidecar(path)
         if side is None:
