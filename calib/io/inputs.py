@@ -33,9 +33,9 @@ def refuse_overwrite(outputs, inputs) -> None:
     for out, out_what in outputs:
         for src, what in inputs:
             if src is not None and str(src).strip() and same_file(out, src):
-                same = "" if str(out) == str(src) else f" ({printable(src)})"
-                raise CalibError(f"{printable(out)}: {out_what} would overwrite {what}{same}: calib does not "
-                                 "write over its inputs; choose another path")
+                same = "" if str(out) == str(src) else f", {printable(src)}"
+                raise CalibError(f"{printable(out)}: {out_what} is an input of this command ({what}{same}): calib "
+                                 "does not write over its inputs; choose another path")
 
 
 def identities(paths) -> set:

@@ -118,6 +118,21 @@ def refresh_manifest(folder: Path, names) -> None:
     atomic_write_json(folder / MANIFEST, doc)
 
 
+def replaceable(folder: Path, name: str) -> bool:
+    """`folder / name` is free, or the file calib wrote there (its manifest's entry still matches)."""
+    p = folder / name
+    return not os.path.lexists(p) or matches(p, (read_manifest(folder) or {"files": {}})["files"].get(name))
+
+
+def record(folder: Path, names) -> None:
+    """List files calib has just written straight into a published folder (during a run, under its lock) in the
+    folder's manifest, so that they stay provably calib's (a later run may then replace them)."""
+    doc = read_manifest(folder) or {"files": {}}
+    for n in names:
+        doc["files"][n] = describe(folder / n)
+    atomic_write_json(folder / MANIFEST, doc)
+
+
 def remove_listed(folder: Path, files: dict, keep=(), why: str = "") -> list[str]:
     """Delete from `folder` the files of `files` (a manifest's entries) that still match, except those in `keep`;
     returns the names left alone (a warning names each one that is there but not calib's)."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -127,6 +128,21 @@ def load_checked(path: str | Path, info: ModelInfo | None = None, checks: CacheC
     return cache, side
 
 
+def _replaceable_sidecar(path: Path) -> None:
+    """The sidecar that -o implies is replaced only if it is one (calib's, for a cache at `path`): a user's
+    unrelated JSON under that name is left alone."""
+    side = sidecar_path(path)
+    if not (os.path.lexists(side)):
+        return
+    try:
+        ok = not side.is_symlink() and read_sidecar(path) is not None
+    except CacheError:
+        ok = False
+    if not ok:
+        raise CacheError(f"{printable(side)}: exists and is not a calib sidecar; writing {printable(path.name)} "
+                         "would replace it: move it away or choose another -o")
+
+
 def write_converted(out: str | Path, cache: CalibrationCache, side: dict | None, info: ModelInfo, carrier: str,
                     version: str, source: str | Path = "") -> Path:
     """The cache under another header, with its sidecar: the source's (the algorithm, parameters and data kept),
@@ -145,6 +161,7 @@ def write_converted(out: str | Path, cache: CalibrationCache, side: dict | None,
     text = format_cache(amax, version, carrier)
     side_text = json.dumps(sc.to_json(), indent=2, sort_keys=True) + "\n"
     path = Path(out)
+    _replaceable_sidecar(path)
     replace_together([(sidecar_path(path), side_text.encode("utf-8", "backslashreplace")),
                       (path, text.encode("utf-8", "backslashreplace"))])
     refresh_manifest(path.parent, [path.name, sidecar_path(path).name])  # a published cache rewritten in place
