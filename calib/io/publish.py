@@ -37,9 +37,10 @@ from pathlib import Path
 from calib.errors import CalibError
 from calib.io.files import atomic_write_json, printable
 from calib.io.inputs import identities, inputs_in
-from calib.io.manifest import (MANIFEST, MARKER, PREVIOUS, matches, read_json, read_manifest, refresh_manifest,
+from calib.io.manifest import (MANIFEST, MARKER, PREVIOUS, matches, read_manifest, refresh_manifest,
                                remove_folder, remove_listed, write_manifest)
 from calib.io.signals import terminate_as_interrupt
+from calib.io.staging import drop_marker, lock, mark_stage, marked, mount_point, stage_home, writable
 
 __all__ = ["MANIFEST", "PREVIOUS", "publish", "read_manifest", "refresh_manifest", "recover", "mark_stage"]
 
@@ -49,78 +50,6 @@ _STAGE = "calib-stage"
 _OLD = "calib-old"
 _LEGACY_STAGE = r"^\.{name}\.[a-z0-9_]{{8}}$"  # the tempfile.mkdtemp staging folders of earlier versions
 _FULL = (errno.EROFS, errno.ENOSPC, errno.EDQUOT)  # writing anything into the output folder fails
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _lock_text(path: Path) -> str | None:
-    """The process id in a calib lock file ('' if it died before writing it); None: not a calib lock file."""
-    try:
-        if path.is_symlink() or not path.is_file():
-            return None
-        with open(path, "rb") as fh:
-            text = fh.read(33).decode("ascii").strip()
-    except (OSError, UnicodeDecodeError):
-        return None
-    return text if text == "" or (text.isdigit() and len(text) < 20) else None
-
-
-def lock(home: Path, out: Path) -> Path:
-    """An exclusive lock file in `home`; a second run on the same `out` refuses (a dead owner's lock is taken)."""
-    path = home / (f".{out.name}.lock" if home != out else ".calib.lock")
-    for _ in range(2):
-        try:
-            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-            try:
-                os.write(fd, str(os.getpid()).encode())
-            finally:
-                os.close(fd)
-            return path
-        except FileExistsError:
-            text = _lock_text(path)
-            if text is None:
-                raise CalibError(f"{printable(path)}: not a calib lock file (calib writes its process id there), "
-                                 f"left alone: remove it or choose another output folder than {printable(out)}") \
-                    from None
-            pid = int(text or 0)
-            if pid and _pid_alive(pid):
-                raise CalibError(f"{out}: another calib run (pid {pid}) is writing this folder") from None
-            path.unlink(missing_ok=True)  # left by a run that died
-    raise CalibError(f"{out}: cannot take the lock {path}")
-
-
-def mark_stage(stage: Path, out: Path) -> None:
-    """Mark a new staging folder as calib's, for `out`: its name's token and its own device and inode."""
-    st = stage.stat()
-    atomic_write_json(stage / MARKER, {"out": str(out), "token": stage.name.rsplit("-", 1)[-1],
-                                       "device": st.st_dev, "inode": st.st_ino, "pid": os.getpid()})
-
-
-def _marked(folder: Path, out: Path, token: str | None) -> bool:
-    """`folder` holds a marker made for this very folder (not a copy) and for `out`."""
-    if (folder / MARKER).is_symlink():
-        return False
-    m = read_json(folder / MARKER)
-    try:
-        st = folder.stat()
-    except OSError:
-        return False
-    return (isinstance(m, dict) and m.get("out") == str(out) and m.get("device") == st.st_dev
-            and m.get("inode") == st.st_ino and (token is None or m.get("token") == token))
-
-
-def _drop_marker(out: Path) -> None:
-    """A staging folder renamed to `out` carries its marker: remove it (only if it is that folder's)."""
-    if _marked(out, out, None):
-        (out / MARKER).unlink()
 
 
 def _exchange(a: Path, b: Path) -> bool:
@@ -137,15 +66,6 @@ def _exchange(a: Path, b: Path) -> bool:
     if err in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EPERM):
         return False  # a filesystem without exchange: two renames instead
     raise OSError(err, os.strerror(err), str(b))
-
-
-def _stage_home(out: Path) -> Path:
-    """Where staging folders go: beside `out` on the same filesystem, else inside `out`."""
-    parent = out.parent
-    if out.is_dir():
-        if os.path.ismount(out) or out.stat().st_dev != parent.stat().st_dev or not os.access(parent, os.W_OK):
-            return out
-    return parent
 
 
 def _stages(home: Path, out: Path) -> list[Path]:
@@ -183,9 +103,9 @@ def recover(home: Path, out: Path, keep=()) -> None:
     files into `out`, put back a previous `out` moved aside, remove the rest; only folders that are provably
     calib's (see the module's docstring); the others are left where they are and named."""
     if out.is_dir():
-        _drop_marker(out)
+        drop_marker(out)
     for st in _stages(home, out):
-        if _marked(st, out, st.name.rsplit("-", 1)[-1]):
+        if marked(st, out, st.name.rsplit("-", 1)[-1]):
             if read_manifest(st) is not None and (st / PREVIOUS).is_file():  # a move into out had begun
                 log.warning("%s: finishing the publication of a run that died while moving its files", out)
                 _move_in(st, out, keep, {}, finishing=True)
@@ -254,7 +174,7 @@ def _move_in(stage: Path, out: Path, keep, state: dict, finishing: bool = False)
 
 def _swappable(out: Path, keep) -> bool:
     """`out` holds nothing but a previous run's published files, unchanged (so a folder swap loses nothing)."""
-    if os.path.ismount(out) or keep:
+    if mount_point(out) or keep:
         return False
     try:
         cwd = Path.cwd().resolve()
@@ -285,12 +205,12 @@ def commit(stage: Path, out: Path, keep=(), state: dict | None = None) -> None:
         if not out.exists():
             os.rename(stage, out)
             state["changed"] = True
-            _drop_marker(out)
+            drop_marker(out)
             return
         old = read_manifest(out) or {"files": {}}
         if _exchange(stage, out):
             state["changed"] = True
-            _drop_marker(out)
+            drop_marker(out)
             remove_folder(stage, old["files"])  # the previous results, now under the staging name
             return
         aside = out.parent / f".{out.name}.{_OLD}-{os.getpid()}-{secrets.token_hex(4)}"
@@ -302,26 +222,20 @@ def commit(stage: Path, out: Path, keep=(), state: dict | None = None) -> None:
         _commit_moving(stage, out, keep, state)  # a mount point os.path.ismount cannot see (a bind mount)
         return
     os.rename(stage, out)
-    _drop_marker(out)
+    drop_marker(out)
     remove_folder(aside, old["files"])
 
 
-def _writable(out: Path) -> None:
-    """Refuse, naming `out`, an output folder that cannot be written (a read-only mount), before any work."""
-    target = out if out.exists() else out.parent
-    try:
-        ro = bool(os.statvfs(target).f_flag & os.ST_RDONLY)
-    except OSError:
-        ro = False
-    if ro or not os.access(target, os.W_OK):
-        why = "read-only file system" if ro else "no permission to write"
-        raise CalibError(f"{out}: cannot write the output folder ({why})")
-
-
 def _output_error(exc: OSError, out: Path, ours: list) -> CalibError | None:
-    """An OSError that is about writing the output (a full disk, a read-only mount) as an error naming `out`."""
+    """An OSError that is about writing the output (a full disk, a read-only mount) as an error naming `out`:
+    any error on the staging folder or the lock (`ours`), a write error on `out`, a failed write() (no name)."""
     name = str(exc.filename or "")
-    if exc.errno in _FULL or (name and any(name == str(p) or name.startswith(f"{p}{os.sep}") for p in ours)):
+
+    def under(p) -> bool:
+        return name == str(p) or name.startswith(f"{p}{os.sep}")
+
+    writing = exc.errno in _FULL + (errno.EACCES, errno.EPERM, errno.EBUSY, errno.EXDEV)
+    if (name and any(under(p) for p in ours)) or (writing and under(out)) or (exc.errno in _FULL and not name):
         return CalibError(f"{out}: cannot write the output folder ({exc.strerror or exc})")
     return None
 
@@ -342,8 +256,8 @@ def publish(out: str | Path, work: Callable[[Path], object], command: str = "", 
         out.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise CalibError(f"{out}: cannot create the output folder ({exc.strerror or exc})") from None
-    _writable(out)
-    home = _stage_home(out)
+    writable(out)
+    home = stage_home(out)
     with terminate_as_interrupt():
         stage, held, state = None, None, {}
         try:
@@ -363,7 +277,7 @@ def publish(out: str | Path, work: Callable[[Path], object], command: str = "", 
             write_manifest(stage, command)
             commit(stage, out, inputs_in(out, ids), state)
         except OSError as exc:
-            err = _output_error(exc, out, [p for p in (stage, held, out) if p is not None])
+            err = _output_error(exc, out, [p for p in (stage, held) if p is not None])
             if err is None:
                 raise
             raise err from None

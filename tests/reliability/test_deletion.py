@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from calib.cli import main
 import calib.io.publish as pub
-from reliability.test_publish import calibrate, leftovers, snapshot, work  # noqa: F401  (work: a fixture)
+from reliability.test_publish import calibrate, leftovers, work  # noqa: F401  (work: a fixture)
 
 
 def tree(folder: Path) -> dict:
