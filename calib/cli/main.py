@@ -215,6 +215,17 @@ def _engine_outputs_not_inputs(model, out, cache, calibrator, data, layer_precis
     if cache:
         inputs += [(cache, "--cache"), (sidecar_path(cache), "--cache's sidecar")]
     refuse_overwrite(outputs, inputs)
+    side = Path(f"{out}.json")
+    if side.exists() or side.is_symlink():  # replaced with the engine: only if it is an engine sidecar
+        from calib.io.files import read_bounded
+
+        try:
+            doc = json.loads(read_bounded(side, 64 << 20, "engine sidecar")) if not side.is_symlink() else None
+        except (OSError, ValueError, RecursionError, CalibError):
+            doc = None
+        if not isinstance(doc, dict) or "engine_sha256" not in doc:
+            raise CalibError(f"{side}: exists and is not an engine sidecar calib wrote; building {Path(out).name} "
+                             "would replace it: move it away or choose another -o")
 
 
 @main.command()

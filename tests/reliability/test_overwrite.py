@@ -123,3 +123,13 @@ def test_build_refuses_an_engine_path_that_is_an_input(published, target):
                                   "-o", str(work / target)])
     one_line_failure(r, target, "input")
     assert r.exit_code == 2 and tree(work) == before
+
+
+def test_build_does_not_replace_a_json_that_is_not_an_engine_sidecar(published):
+    work = published
+    (work / "model.engine.json").write_text('{"my": "notes"}\n')
+    before = tree(work)
+    r = CliRunner().invoke(main, ["build", str(work / "m.onnx"), "--cache", str(work / "out" / "entropy.cache"),
+                                  "-o", str(work / "model.engine")])
+    one_line_failure(r, "model.engine.json", "not an engine sidecar")
+    assert r.exit_code == 2 and tree(work) == before
