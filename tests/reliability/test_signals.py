@@ -23,10 +23,12 @@ def cli(work, out, data=1):
 
 
 def _can_mount() -> bool:
+    import tempfile
+
     if shutil.which("unshare") is None:
         return False
-    p = subprocess.run(["unshare", "-rm", "sh", "-c", "mkdir -p /tmp && mount -t tmpfs tmpfs /mnt 2>/dev/null || "
-                        "mount -t tmpfs tmpfs /tmp"], capture_output=True)
+    with tempfile.TemporaryDirectory() as d:
+        p = subprocess.run(["unshare", "-rm", "mount", "-t", "tmpfs", "tmpfs", d], capture_output=True)
     return p.returncode == 0
 
 
