@@ -73,7 +73,8 @@ class CalibrationResult:
               extra: dict | None = None) -> dict:
         """Write <algo>.cache and <algo>.json for every algorithm, published as a whole into `out_dir`;
         returns algorithm -> cache path."""
-        publish(out_dir, lambda stage: self.write_into(stage, trt_version, carrier, extra), "calibrate")
+        publish(out_dir, lambda stage: self.write_into(stage, trt_version, carrier, extra), "calibrate",
+                inputs=[self.info.path])
         return {algo: Path(out_dir) / f"{algo}.cache" for algo in self.amax}
 
     def write_into(self, folder: Path, trt_version: str, carrier: str, extra: dict | None = None) -> None:
@@ -315,6 +316,7 @@ def calibrate(model: str | Path, data, algorithms=ALL_ALGORITHMS, params: dict |
     warmup.start()
     info = inspect_model(model)
     label = str(data) if isinstance(data, (str, Path)) else getattr(data, "label", "calibration data")
+    inputs = [model] + ([data] if isinstance(data, (str, Path)) else [])  # never replaced in `out`
     data = as_source(data, info.inputs, batch_size, preprocess)
 
     def run(stage: Path | None) -> CalibrationResult:
@@ -344,5 +346,5 @@ def calibrate(model: str | Path, data, algorithms=ALL_ALGORITHMS, params: dict |
     if out is None:
         return run(None)
     box = []
-    publish(out, lambda stage: box.append(run(stage)), "calibrate")
+    publish(out, lambda stage: box.append(run(stage)), "calibrate", inputs=inputs)
     return box[0]

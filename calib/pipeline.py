@@ -24,7 +24,7 @@ from calib.quantize.coverage import check_float_weights, weight_coverage
 from calib.quantize.model import inspect_model
 from calib.quantize.opset import describe_opset
 from calib.quantize.qdq import insert_qdq
-from calib.recipe import Recipe
+from calib.recipe import Recipe, input_paths
 from calib.version import __version__
 from calib.zoo.registry import resolve
 
@@ -38,17 +38,17 @@ def _params(recipe: Recipe) -> dict:
 def run_recipe(recipe: Recipe, out: str | Path | None = None, verbose: bool = False) -> Path:
     """Run `recipe`; outputs appear in `out` only once everything has succeeded."""
     final = Path(out or recipe.output)
-    return staged(final, lambda stage: _run(recipe, stage, final), verbose)
+    return staged(final, lambda stage: _run(recipe, stage, final), verbose, inputs=input_paths(recipe))
 
 
-def staged(out: Path, work, verbose: bool = False, command: str = "run") -> Path:
+def staged(out: Path, work, verbose: bool = False, command: str = "run", inputs=()) -> Path:
     """Call work(stage) on a staging folder (with its run.log); publish it as `out` only if it succeeds
-    (calib.io.publish: the previous results stay whole until then)."""
+    (calib.io.publish: the previous results stay whole until then; none of `inputs` is replaced or removed)."""
 
     def log_to(stage):
         setup_logging(verbose, stage / "run.log" if stage is not None else None)
 
-    return publish(out, work, command, on_stage=log_to)
+    return publish(out, work, command, on_stage=log_to, inputs=inputs)
 
 
 def equalize_model(model_path: Path, source, stage: Path):

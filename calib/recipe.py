@@ -337,3 +337,27 @@ def load_recipe(path: str | Path, overrides: typing.Sequence[str] = ()) -> Recip
         _apply_override(raw, item, str(path))
     recipe = _build(Recipe, raw, _Ctx(str(path), path.resolve().parent))
     return dataclasses.replace(recipe, source=str(path))
+
+
+def input_paths(recipe: Recipe) -> list[str]:
+    """The files and folders a recipe reads (its `path` keys that are not outputs) and the recipe file itself."""
+    found = [recipe.source] if recipe.source else []
+
+    def walk(obj) -> None:
+        if dataclasses.is_dataclass(obj):
+            for f in dataclasses.fields(obj):
+                v = getattr(obj, f.name)
+                if f.metadata.get("path"):
+                    if not f.metadata.get("output"):
+                        found.extend(x for x in (v if isinstance(v, (tuple, list)) else (v,)) if isinstance(x, str))
+                else:
+                    walk(v)
+        elif isinstance(obj, (tuple, list)):
+            for x in obj:
+                walk(x)
+        elif isinstance(obj, dict):
+            for x in obj.values():
+                walk(x)
+
+    walk(recipe)
+    return [p for p in found if p]

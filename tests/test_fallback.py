@@ -218,6 +218,10 @@ output: out
     assert again["float_layers"] == first["float_layers"] == ["convB"] and again["ranking"] == first["ranking"]
     (tmp_path / "r.yaml").write_text(recipe % 31)  # another budget: search again
     assert run().exit_code == 0 and len(calls) == 2
-    (out / "search-cache.json").write_text("{not json")  # a damaged cache is ignored, not trusted
-    assert run().exit_code == 0 and len(calls) == 3
+    (out / "search-cache.json").write_text("{not json")  # a damaged cache is not trusted ...
+    r = run()  # ... nor replaced: no longer the file calib wrote, it is the user's to remove
+    assert r.exit_code == 2 and "search-cache.json" in r.output and r.output.count("error:") == 1, r.output
+    assert (out / "search-cache.json").read_text() == "{not json" and len(calls) == 3
+    (out / "search-cache.json").unlink()
+    assert run().exit_code == 0 and len(calls) == 4
     assert json.loads((out / "search-cache.json").read_text())["ranking"] == again["ranking"]

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import click
 
@@ -115,6 +116,8 @@ def cache_convert(file, model, fmt, carrier, trt_version, exclude, ignore_hash, 
                   quantize_stem_output, allow_float_weights, like_engine, ignore_sidecar, allow_partial, out):
     """Turn a cache into a Q/DQ ONNX model (TensorRT explicit quantization) or relabel its header (+ sidecar)."""
     from calib.io.files import atomic_write_bytes
+    from calib.io.inputs import refuse_overwrite
+    from calib.quantize.cache import sidecar_path
     from calib.quantize.cachecheck import CacheChecks, load_checked, write_converted
     from calib.quantize.coverage import check_float_weights, weight_coverage
     from calib.quantize.model import inspect_model, load_model
@@ -122,6 +125,13 @@ def cache_convert(file, model, fmt, carrier, trt_version, exclude, ignore_hash, 
     from calib.quantize.patterns import check_exclusions
     from calib.quantize.qdq import Exclusions, count_qdq, excluded_from, insert_qdq
 
+    inputs = [(file, "the cache"), (sidecar_path(file), "the cache's sidecar"), (model, "--model")]
+    if like_engine:
+        inputs += [(like_engine, "--like-engine"), (f"{like_engine}.json", "--like-engine's sidecar")]
+    outputs = [(out, "-o")] + ([(sidecar_path(out), "the sidecar of -o")] if fmt == "cache" else [])
+    refuse_overwrite(outputs, inputs)  # before anything is read or written
+    if fmt == "cache" and sidecar_path(out) == Path(out):
+        raise CalibError(f"{out}: -o: a cache named .json would be its own sidecar; name it .cache")
     proto = load_model(model)
     qproto = at_qdq_opset(proto, model) if fmt == "qdq" else proto  # below opset 13: converted, names kept
     ex = check_exclusions(proto, exclude, model) if fmt == "qdq" else excluded_from(())

@@ -14,8 +14,11 @@ def handled(fn):
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
+        from calib.io.signals import Terminated, terminate_as_interrupt
+
         try:
-            return fn(*args, **kwargs)
+            with terminate_as_interrupt():  # SIGTERM cleans up as Ctrl-C does
+                return fn(*args, **kwargs)
         except BrokenPipeError:  # `calib cache inspect ... | head`: the reader left; end quietly, as cat does
             _silence_stdout()
             sys.exit(141)
@@ -26,6 +29,9 @@ def handled(fn):
             where = exc.filename or "output"
             click.echo(f"error: {where}: {exc.strerror or exc}", err=True)
             sys.exit(2)
+        except Terminated:
+            click.echo("terminated: nothing was written", err=True)
+            sys.exit(143)
         except KeyboardInterrupt:
             click.echo("interrupted: nothing was written", err=True)
             sys.exit(130)

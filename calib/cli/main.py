@@ -180,7 +180,10 @@ def evaluate(model, caches, data_args, batch_size, task, ignore_hash, allow_unkn
               "fp32_task": res.get("fp32_task"), "summary": summary(res),
               "files": ["report.json", "report.md", "report.html"], "model_file": str(model),
               "caches": {name: str(c) for name, c in zip(configs, caches)}, "out_dir": str(out)}
-    publish(out, lambda stage: write_reports(stage, report, HistogramCollector(), {}), "evaluate")
+    from calib.quantize.cache import sidecar_path
+
+    inputs = [model, engine_layers, data_args.data, *caches, *(sidecar_path(c) for c in caches)]
+    publish(out, lambda stage: write_reports(stage, report, HistogramCollector(), {}), "evaluate", inputs=inputs)
     click.echo(ship_line(report))
     click.echo(f"wrote {Path(out) / 'report.html'}")
 
@@ -197,6 +200,32 @@ def _shapes(items) -> tuple:
             raise click.BadParameter(f"'{item}': expected NAME=1x3x224x224", param_hint="--shape")
         out.append((name, shape))
     return tuple(out)
+
+
+def _engine_outputs_not_inputs(model, out, cache, calibrator, data, layer_precisions_file, timing_cache) -> None:
+    """The engine, its .json and the calibrator's cache must not be files `calib build` reads."""
+    from calib.io.inputs import refuse_overwrite
+    from calib.quantize.cache import sidecar_path
+
+    outputs = [(out, "-o"), (f"{out}.json", "the engine's sidecar")]
+    if calibrator:
+        outputs.append((Path(out).with_suffix(".cache"), "the calibrator's cache"))
+    inputs = [(model, "the model"), (data, "--data"), (layer_precisions_file, "--layer-precisions-file"),
+              (timing_cache, "--timing-cache")]
+    if cache:
+        inputs += [(cache, "--cache"), (sidecar_path(cache), "--cache's sidecar")]
+    refuse_overwrite(outputs, inputs)
+    side = Path(f"{out}.json")
+    if side.exists() or side.is_symlink():  # replaced with the engine: only if it is an engine sidecar
+        from calib.io.files import read_bounded
+
+        try:
+            doc = json.loads(read_bounded(side, 64 << 20, "engine sidecar")) if not side.is_symlink() else None
+        except (OSError, ValueError, RecursionError, CalibError):
+            doc = None
+        if not isinstance(doc, dict) or "engine_sha256" not in doc:
+            raise CalibError(f"{side}: exists and is not an engine sidecar calib wrote; building {Path(out).name} "
+                             "would replace it: move it away or choose another -o")
 
 
 @main.command()
@@ -236,6 +265,7 @@ def build(model, out, cache, calibrator, data_args, precision, layer_precision, 
           constraints, batch_size, shapes, min_shapes, opt_shapes, max_shapes, workspace_mb, opt_level, timing_cache,
           tactic_sources, ignore_hash, allow_unknown, strongly_typed, ignore_sidecar, allow_partial):
     """Build a TensorRT engine from MODEL (FP32/FP16, INT8 from a cache, TensorRT's calibrator or Q/DQ)."""
+    _engine_outputs_not_inputs(model, out, cache, calibrator, data_args.data, layer_precisions_file, timing_cache)
     if cache:  # the sidecar, the model and every quantized layer's scale, before TensorRT is loaded
         from calib.quantize.cachecheck import CacheChecks, load_checked
         from calib.quantize.model import inspect_model

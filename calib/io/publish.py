@@ -1,16 +1,24 @@
 """Publishing a run's outputs as a whole: the previous results stay until the new ones replace them in one step.
 
 A run writes into a hidden staging folder on the same filesystem as `out` (a sibling of `out`; inside `out` when
-`out` is a mount point or its parent is not writable), then ends with a manifest `.calib-manifest.json` listing
-every file it wrote with its sha256. Publishing then
+`out` is a mount point or its parent is not writable), marked as calib's (`.calib-stage.json`: the `out` it is for
+and the folder's own device and inode, so a copied or hand-made folder is not taken for one), then ends with a
+manifest `.calib-manifest.json` listing every file it wrote with its size and sha256 (calib.io.manifest).
+Publishing then
 
 - renames the staging folder to `out` when `out` does not exist;
 - swaps the two folders in one atomic rename (Linux renameat2 RENAME_EXCHANGE; elsewhere two renames) when `out`
-  holds only a previous run's files (those of its manifest): the old folder is then deleted;
+  holds only a previous run's files, unchanged (name, size and sha256 as its manifest lists them): the old
+  folder is then deleted;
 - otherwise (files of others in `out`, a mount point, the working directory) moves the files into `out` one by
   one, removes the previous run's files the new run did not write, and writes the manifest last. A staging
   folder holding a manifest is a commitment: if the run is killed while moving, the next run on `out` finishes
   the move before anything else (readers check a cache against the manifest meanwhile).
+
+Nothing is deleted or replaced unless calib can prove it wrote it: a file of `out` only while it matches the
+previous manifest (a new file whose name is taken by any other file is refused before anything changes), a staging
+folder only when its marker checks out; the rest is left where it is, with a warning naming it. A file of `out`
+that is an input of the run (same device and inode) is never replaced or removed.
 
 One run at a time per `out` (a lock file beside the staging folders); staging folders left by killed runs are
 removed, or finished as above, by the next run on the same `out`.
@@ -19,103 +27,29 @@ from __future__ import annotations
 
 import ctypes
 import errno
-import json
 import logging
 import os
 import re
 import secrets
-import shutil
 from collections.abc import Callable
 from pathlib import Path
 
 from calib.errors import CalibError
-from calib.io.files import atomic_write_json, read_bounded, sha256_file
+from calib.io.files import atomic_write_json, printable
+from calib.io.inputs import identities, inputs_in
+from calib.io.manifest import (MANIFEST, MARKER, PREVIOUS, matches, read_manifest, refresh_manifest,
+                               remove_folder, remove_listed, write_manifest)
+from calib.io.signals import terminate_as_interrupt
+from calib.io.staging import drop_marker, lock, mark_stage, marked, mount_point, stage_home, writable
+
+__all__ = ["MANIFEST", "PREVIOUS", "publish", "read_manifest", "refresh_manifest", "recover", "mark_stage"]
 
 log = logging.getLogger(__name__)
 
-MANIFEST = ".calib-manifest.json"
-PREVIOUS = ".calib-previous.json"  # in a staging folder: the manifest it replaces (for an interrupted move)
 _STAGE = "calib-stage"
 _OLD = "calib-old"
 _LEGACY_STAGE = r"^\.{name}\.[a-z0-9_]{{8}}$"  # the tempfile.mkdtemp staging folders of earlier versions
-
-
-def read_manifest(folder: str | Path) -> dict | None:
-    """The manifest of a published folder ({'files': {name: sha256}, ...}), None without one or if unreadable."""
-    p = Path(folder) / MANIFEST
-    try:
-        doc = json.loads(read_bounded(p, 16 << 20, "manifest"))
-    except (OSError, ValueError, CalibError):
-        return None
-    files = doc.get("files") if isinstance(doc, dict) else None
-    if not isinstance(files, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in files.items()):
-        return None
-    return doc
-
-
-def write_manifest(stage: Path, command: str = "") -> dict:
-    """List every file under `stage` with its sha256 (the last file written by a run)."""
-    from calib.version import __version__
-
-    files = {}
-    for p in sorted(stage.rglob("*")):
-        rel = p.relative_to(stage).as_posix()
-        if p.is_file() and rel not in (MANIFEST, PREVIOUS):
-            files[rel] = sha256_file(p)
-    doc = {"files": files, "calib_version": __version__, "command": command}
-    atomic_write_json(stage / MANIFEST, doc)
-    return doc
-
-
-def refresh_manifest(folder: Path, names) -> None:
-    """After rewriting files a manifest lists (cache convert onto a published cache), record their new sha256."""
-    doc = read_manifest(folder)
-    if doc is None or not any(n in doc["files"] for n in names):
-        return
-    for n in names:
-        if n in doc["files"] and (folder / n).is_file():
-            doc["files"][n] = sha256_file(folder / n)
-    atomic_write_json(folder / MANIFEST, doc)
-
-
-def _top(files) -> set[str]:
-    return {f.split("/", 1)[0] for f in files}
-
-
-def _own(name: str) -> bool:
-    return name in (MANIFEST, PREVIOUS) or name.startswith(f".{_STAGE}-") or name == ".calib.lock"
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def lock(home: Path, out: Path) -> Path:
-    """An exclusive lock file in `home`; a second run on the same `out` refuses (a dead owner's lock is taken)."""
-    path = home / (f".{out.name}.lock" if home != out else ".calib.lock")
-    for _ in range(2):
-        try:
-            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-            try:
-                os.write(fd, str(os.getpid()).encode())
-            finally:
-                os.close(fd)
-            return path
-        except FileExistsError:
-            try:
-                pid = int(path.read_text() or 0)
-            except (ValueError, FileNotFoundError):
-                pid = 0
-            if pid and _pid_alive(pid):
-                raise CalibError(f"{out}: another calib run (pid {pid}) is writing this folder") from None
-            path.unlink(missing_ok=True)  # left by a run that died
-    raise CalibError(f"{out}: cannot take the lock {path}")
+_FULL = (errno.EROFS, errno.ENOSPC, errno.EDQUOT)  # writing anything into the output folder fails
 
 
 def _exchange(a: Path, b: Path) -> bool:
@@ -134,75 +68,113 @@ def _exchange(a: Path, b: Path) -> bool:
     raise OSError(err, os.strerror(err), str(b))
 
 
-def _stage_home(out: Path) -> Path:
-    """Where staging folders go: beside `out` on the same filesystem, else inside `out`."""
-    parent = out.parent
-    if out.is_dir():
-        if os.path.ismount(out) or out.stat().st_dev != parent.stat().st_dev or not os.access(parent, os.W_OK):
-            return out
-    return parent
-
-
 def _stages(home: Path, out: Path) -> list[Path]:
     if home == out:
         pat = re.compile(rf"^\.{_STAGE}-\d+-[0-9a-f]+$")
     else:
         name = re.escape(out.name)
-        pat = re.compile(rf"^\.{name}\.({_STAGE}|{_OLD})-\d+-[0-9a-f]+$|" + _LEGACY_STAGE.format(name=name))
+        pat = re.compile(rf"^\.{name}\.({_STAGE}|{_OLD})-\d+-[0-9a-f]+$")
+        legacy = re.compile(_LEGACY_STAGE.format(name=name))
     try:
-        return sorted(p for p in home.iterdir() if p.is_dir() and not p.is_symlink() and pat.match(p.name))
+        entries = sorted(p for p in home.iterdir() if p.is_dir() and not p.is_symlink())
     except OSError:
         return []
+    if home != out:
+        for p in entries:
+            if legacy.match(p.name):
+                log.warning("%s: left where it is: it may be the staging folder of an earlier calib version, "
+                            "which cannot be told from a folder of yours; remove it if it is", printable(p))
+    return [p for p in entries if pat.match(p.name)]
 
 
-def recover(home: Path, out: Path) -> None:
+def _whole(folder: Path) -> dict | None:
+    """The manifest's files of a folder that holds a published run and nothing else, unchanged; else None."""
+    m = read_manifest(folder)
+    if m is None:
+        return None
+    for e in folder.iterdir():
+        if e.name not in (MANIFEST, MARKER) and not matches(e, m["files"].get(e.name)):
+            return None
+    return m["files"]
+
+
+def recover(home: Path, out: Path, keep=()) -> None:
     """Deal with the staging folders of runs that died (call with the lock held): finish a commitment to move
-    files into `out`, put back a previous `out` moved aside, remove the rest."""
+    files into `out`, put back a previous `out` moved aside, remove the rest; only folders that are provably
+    calib's (see the module's docstring); the others are left where they are and named."""
+    if out.is_dir():
+        drop_marker(out)
     for st in _stages(home, out):
-        if f".{_OLD}-" in st.name:
-            if not out.exists():
-                log.warning("%s: putting back the previous results (a run died while replacing them)", out)
-                os.rename(st, out)
+        if marked(st, out, st.name.rsplit("-", 1)[-1]):
+            if read_manifest(st) is not None and (st / PREVIOUS).is_file():  # a move into out had begun
+                log.warning("%s: finishing the publication of a run that died while moving its files", out)
+                _move_in(st, out, keep, {}, finishing=True)
                 continue
-        elif (st / MANIFEST).is_file() and (st / PREVIOUS).is_file():  # a move into out had begun
-            log.warning("%s: finishing the publication of a run that died while moving its files", out)
-            _move_in(st, out)
+            log.info("removing %s, left by a calib run that did not finish", st)
+            remove_folder(st, None)
             continue
-        log.info("removing %s, left by a calib run that did not finish", st)
-        shutil.rmtree(st, ignore_errors=True)
+        files = _whole(st)  # a previous `out` swapped or moved aside by a run that died
+        if files is None:
+            log.warning("%s: left where it is: not a staging folder calib made for %s (no marker of its own, or "
+                        "files calib did not write)", printable(st), printable(out))
+        elif f".{_OLD}-" in st.name and not out.exists():
+            log.warning("%s: putting back the previous results (a run died while replacing them)", out)
+            os.rename(st, out)
+        else:
+            log.info("removing %s, previous results left by a calib run that died", st)
+            remove_folder(st, files)
 
 
-def _move_in(stage: Path, out: Path) -> None:
-    """Move a staged run's files into an existing `out`, remove the previous run's other files, manifest last.
-    Idempotent: a run killed half-way is finished by calling it again."""
+def _conflicts(stage: Path, out: Path, new: dict, old: dict, keep) -> list[str]:
+    """The new files whose place in `out` holds something calib cannot prove it wrote (or an input)."""
+    bad = []
+    for name in sorted(new):
+        dst = out / name
+        if os.path.lexists(stage / name) and os.path.lexists(dst) and (name in keep or not matches(dst, old.get(name))):
+            bad.append(name)
+    return bad
+
+
+def _refuse(out: Path, bad: list[str], keep) -> CalibError:
+    name = bad[0]
+    more = f" (and {len(bad) - 1} more: {', '.join(bad[1:4])})" if len(bad) > 1 else ""
+    if name in keep:
+        return CalibError(f"{printable(out / name)}: an input of this command{more}: calib does not write over "
+                          "its inputs; choose another output folder")
+    return CalibError(f"{printable(out / name)}: not a file calib wrote there (no manifest lists it, or it changed "
+                      f"since){more}; calib replaces only its own files: move it away or choose another output folder")
+
+
+def _move_in(stage: Path, out: Path, keep, state: dict, finishing: bool = False) -> None:
+    """Move a staged run's files into an existing `out`, remove the previous run's other files (those that still
+    match), manifest last. Idempotent: a run killed half-way is finished by calling it again."""
     new = read_manifest(stage) or {"files": {}}
-    old = None
-    if (stage / PREVIOUS).is_file():
-        try:
-            old = json.loads((stage / PREVIOUS).read_text()).get("files") or {}
-        except (OSError, ValueError, AttributeError):
-            old = {}
+    old = (read_manifest(stage, PREVIOUS) or {"files": {}})["files"]
+    bad = _conflicts(stage, out, new["files"], old, keep)
+    if bad:
+        if not finishing:
+            raise _refuse(out, bad, keep)
+        for name in bad:
+            log.warning("%s: left alone (not calib's, or an input); the new %s stays unpublished",
+                        printable(out / name), name)
+        new = {**new, "files": {n: e for n, e in new["files"].items() if n not in bad}}
+        atomic_write_json(stage / MANIFEST, new)
     out.mkdir(parents=True, exist_ok=True)
-    for name in sorted(_top(new["files"])):
-        src, dst = stage / name, out / name
+    for name in sorted(new["files"]):
+        src = stage / name
         if not os.path.lexists(src):
             continue  # moved already, before an interruption
-        if dst.is_dir() and not dst.is_symlink():
-            shutil.rmtree(dst)
-        os.replace(src, dst)
-    for name in sorted(_top(old or {}) - _top(new["files"])):
-        dst = out / name
-        if dst.is_dir() and not dst.is_symlink():
-            shutil.rmtree(dst, ignore_errors=True)
-        elif os.path.lexists(dst):
-            dst.unlink()
+        os.replace(src, out / name)
+        state["changed"] = True
+    remove_listed(out, {n: e for n, e in old.items() if n not in new["files"]}, keep)
     os.replace(stage / MANIFEST, out / MANIFEST)
-    shutil.rmtree(stage, ignore_errors=True)
+    state["changed"] = True
+    remove_folder(stage, None)
 
 
-def _swappable(out: Path) -> bool:
-    """`out` holds nothing but a previous run's published files (so a folder swap loses nothing)."""
-    if os.path.ismount(out):
+def _swappable(out: Path, keep) -> bool:
+    """`out` holds nothing but a previous run's published files, unchanged (so a folder swap loses nothing)."""
+    if mount_point(out) or keep:
         return False
     try:
         cwd = Path.cwd().resolve()
@@ -210,64 +182,111 @@ def _swappable(out: Path) -> bool:
             return False
     except OSError:
         return False
-    listed = _top((read_manifest(out) or {"files": {}})["files"])
-    return all(e.name in listed or _own(e.name) for e in out.iterdir())
+    return _whole(out) is not None or not any(True for _ in out.iterdir())
 
 
-def commit(stage: Path, out: Path) -> None:
-    """Publish a finished staging folder (manifest written) as `out` (see the module's docstring)."""
-    if stage.parent == out:  # staged inside out: move the files
-        old = read_manifest(out)
-        atomic_write_json(stage / PREVIOUS, old or {"files": {}})
-        _move_in(stage, out)
+def _commit_moving(stage: Path, out: Path, keep, state: dict) -> None:
+    old = read_manifest(out) or {"files": {}}
+    bad = _conflicts(stage, out, (read_manifest(stage) or {"files": {}})["files"], old["files"], keep)
+    if bad:
+        raise _refuse(out, bad, keep)  # before the journal: nothing has changed
+    atomic_write_json(stage / PREVIOUS, old)
+    _move_in(stage, out, keep, state)
+
+
+def commit(stage: Path, out: Path, keep=(), state: dict | None = None) -> None:
+    """Publish a finished staging folder (manifest written) as `out` (see the module's docstring). `keep`: names
+    of files in `out` that are inputs of the run. state['changed'] is set once `out` has changed."""
+    state = {} if state is None else state
+    if stage.parent == out or (out.exists() and not _swappable(out, keep)):
+        _commit_moving(stage, out, keep, state)
         return
-    if not out.exists():
-        os.rename(stage, out)
+    try:
+        if not out.exists():
+            os.rename(stage, out)
+            state["changed"] = True
+            drop_marker(out)
+            return
+        old = read_manifest(out) or {"files": {}}
+        if _exchange(stage, out):
+            state["changed"] = True
+            drop_marker(out)
+            remove_folder(stage, old["files"])  # the previous results, now under the staging name
+            return
+        aside = out.parent / f".{out.name}.{_OLD}-{os.getpid()}-{secrets.token_hex(4)}"
+        os.rename(out, aside)
+        state["changed"] = True
+    except OSError as exc:
+        if state.get("changed") or exc.errno not in (errno.EBUSY, errno.EXDEV):
+            raise
+        _commit_moving(stage, out, keep, state)  # a mount point os.path.ismount cannot see (a bind mount)
         return
-    if not _swappable(out):
-        old = read_manifest(out)
-        atomic_write_json(stage / PREVIOUS, old or {"files": {}})
-        _move_in(stage, out)
-        return
-    if _exchange(stage, out):
-        shutil.rmtree(stage, ignore_errors=True)  # the previous results, now under the staging name
-        return
-    aside = out.parent / f".{out.name}.{_OLD}-{os.getpid()}-{secrets.token_hex(4)}"
-    os.rename(out, aside)
     os.rename(stage, out)
-    shutil.rmtree(aside, ignore_errors=True)
+    drop_marker(out)
+    remove_folder(aside, old["files"])
 
 
-def publish(out: str | Path, work: Callable[[Path], object], command: str = "", on_stage=None) -> Path:
+def _output_error(exc: OSError, out: Path, ours: list) -> CalibError | None:
+    """An OSError that is about writing the output (a full disk, a read-only mount) as an error naming `out`:
+    any error on the staging folder or the lock (`ours`), a write error on `out`, a failed write() (no name)."""
+    name = str(exc.filename or "")
+
+    def under(p) -> bool:
+        return name == str(p) or name.startswith(f"{p}{os.sep}")
+
+    writing = exc.errno in _FULL + (errno.EACCES, errno.EPERM, errno.EBUSY, errno.EXDEV)
+    if (name and any(under(p) for p in ours)) or (writing and under(out)) or (exc.errno in _FULL and not name):
+        return CalibError(f"{out}: cannot write the output folder ({exc.strerror or exc})")
+    return None
+
+
+def publish(out: str | Path, work: Callable[[Path], object], command: str = "", on_stage=None,
+            inputs=()) -> Path:
     """Call work(stage) on a new staging folder; publish what it wrote as `out` only if it returns.
 
-    on_stage(stage) / on_stage(None): called once the folder exists and again before publishing (run.log)."""
+    on_stage(stage) / on_stage(None): called once the folder exists and again before publishing (run.log).
+    inputs: the files the command reads; none of them is replaced or removed in `out`."""
     if not str(out).strip():
         raise CalibError("output folder: empty path")
     out = Path(os.path.abspath(Path(out).expanduser()))
     if out.is_symlink() or (out.exists() and not out.is_dir()):
         raise CalibError(f"{out}: output must be a folder, not a link or a file")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    home = _stage_home(out)
-    held = lock(home, out)
-    stage = None
+    ids = identities(inputs)
     try:
-        recover(home, out)
-        prefix = f".{_STAGE}-" if home == out else f".{out.name}.{_STAGE}-"
-        stage = home / f"{prefix}{os.getpid()}-{secrets.token_hex(4)}"
-        stage.mkdir()
-        if on_stage is not None:
-            on_stage(stage)
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise CalibError(f"{out}: cannot create the output folder ({exc.strerror or exc})") from None
+    writable(out)
+    home = stage_home(out)
+    with terminate_as_interrupt():
+        stage, held, state = None, None, {}
         try:
-            work(stage)
-        finally:
+            held = lock(home, out)
+            recover(home, out, inputs_in(out, ids))
+            prefix = f".{_STAGE}-" if home == out else f".{out.name}.{_STAGE}-"
+            stage = home / f"{prefix}{os.getpid()}-{secrets.token_hex(4)}"
+            stage.mkdir()
+            mark_stage(stage, out)
             if on_stage is not None:
-                on_stage(None)
-        write_manifest(stage, command)
-        staged, stage = stage, None  # from here on, an interrupted publication is finished by the next run
-        commit(staged, out)
-    finally:
-        if stage is not None:
-            shutil.rmtree(stage, ignore_errors=True)
-        held.unlink(missing_ok=True)
+                on_stage(stage)
+            try:
+                work(stage)
+            finally:
+                if on_stage is not None:
+                    on_stage(None)
+            write_manifest(stage, command)
+            commit(stage, out, inputs_in(out, ids), state)
+        except OSError as exc:
+            err = _output_error(exc, out, [p for p in (stage, held) if p is not None])
+            if err is None:
+                raise
+            raise err from None
+        finally:
+            if stage is not None and not state.get("changed") and stage.is_dir():
+                try:
+                    remove_folder(stage, None)  # ours, and out is as it was
+                except OSError:
+                    log.warning("%s: could not remove this staging folder", printable(stage))
+            if held is not None:
+                held.unlink(missing_ok=True)
     return out

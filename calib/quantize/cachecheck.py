@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,8 +17,8 @@ import onnx
 from calib.quantize.cache import (CalibrationCache, Sidecar, check_model_hash, format_cache, read_cache, read_sidecar,
                          sidecar_path, validate_against)
 from calib.errors import CacheError
-from calib.io.files import printable, recover_together, replace_together, sha256_file
-from calib.io.publish import read_manifest, refresh_manifest
+from calib.io.files import printable, recover_together, replace_together
+from calib.io.manifest import matches, read_manifest, refresh_manifest
 from calib.quantize.model import ModelInfo, load_model
 from calib.quantize.qdq import Exclusions, quantized_inputs
 
@@ -47,8 +48,8 @@ def checked_sidecar(path: str | Path, cache: CalibrationCache, ignore: bool = Fa
     manifest = read_manifest(path.parent) or {"files": {}}
     listed = manifest["files"].get(path.name)
     try:
-        if listed is not None and listed != sha256_file(path):
-            raise CacheError(f"{path}: not the file calib wrote there (the folder's manifest has another sha256: "
+        if listed is not None and not matches(path, listed):
+            raise CacheError(f"{path}: not the file calib wrote there (the folder's manifest has another size or sha256: "
                              f"edited, cut or from another run?); {_OVERRIDE}")
         side = read_sidecar(path)
         if side is None:
@@ -127,6 +128,21 @@ def load_checked(path: str | Path, info: ModelInfo | None = None, checks: CacheC
     return cache, side
 
 
+def _replaceable_sidecar(path: Path) -> None:
+    """The sidecar that -o implies is replaced only if it is one (calib's, for a cache at `path`): a user's
+    unrelated JSON under that name is left alone."""
+    side = sidecar_path(path)
+    if not (os.path.lexists(side)):
+        return
+    try:
+        ok = not side.is_symlink() and read_sidecar(path) is not None
+    except CacheError:
+        ok = False
+    if not ok:
+        raise CacheError(f"{printable(side)}: exists and is not a calib sidecar; writing {printable(path.name)} "
+                         "would replace it: move it away or choose another -o")
+
+
 def write_converted(out: str | Path, cache: CalibrationCache, side: dict | None, info: ModelInfo, carrier: str,
                     version: str, source: str | Path = "") -> Path:
     """The cache under another header, with its sidecar: the source's (the algorithm, parameters and data kept),
@@ -145,6 +161,7 @@ def write_converted(out: str | Path, cache: CalibrationCache, side: dict | None,
     text = format_cache(amax, version, carrier)
     side_text = json.dumps(sc.to_json(), indent=2, sort_keys=True) + "\n"
     path = Path(out)
+    _replaceable_sidecar(path)
     replace_together([(sidecar_path(path), side_text.encode("utf-8", "backslashreplace")),
                       (path, text.encode("utf-8", "backslashreplace"))])
     refresh_manifest(path.parent, [path.name, sidecar_path(path).name])  # a published cache rewritten in place

@@ -15,11 +15,12 @@ from calib.data.sources import make_source
 from calib.errors import CalibError
 from calib.evaluate.report import _png
 from calib.io.files import atomic_write_bytes, atomic_write_json, atomic_write_text, read_bounded
+from calib.io.manifest import record, replaceable
 from calib.pipeline import staged
 from calib.quantize.cache import Sidecar, write_cache, write_sidecar
 from calib.quantize.model import inspect_model
 from calib.quantize.qdq import Exclusions, insert_qdq, quantizable_layers
-from calib.recipe import Recipe
+from calib.recipe import Recipe, input_paths
 from calib.search.fallback import Scorer, best_of, budget_target, layer_inputs, layer_precisions, rank, search
 from calib.version import __version__
 from calib.zoo.registry import resolve
@@ -105,7 +106,7 @@ def _engine_md(e: dict, spec, target: float) -> str:
 
 def run_sensitivity(recipe: Recipe, out: str | Path | None = None, verbose: bool = False) -> Path:
     out = Path(out) if out else Path(recipe.output) / "sensitivity"
-    return staged(out, lambda stage: _sensitivity(recipe, stage, out), verbose, "sensitivity")
+    return staged(out, lambda stage: _sensitivity(recipe, stage, out), verbose, "sensitivity", input_paths(recipe))
 
 
 SEARCH_CACHE = "search-cache.json"
@@ -204,8 +205,10 @@ def _sensitivity(recipe: Recipe, stage: Path, out: Path) -> None:
             found, per_tensor = _per_tensor(scorer, model, ranking, target, found, amaxes, spec)
         # into the output folder at once: an engine search that fails or runs out of time keeps the CPU part
         out.mkdir(parents=True, exist_ok=True)
-        atomic_write_json(out / SEARCH_CACHE, {"key": key, "ranking": ranking, "found": found,
-                                               "per_tensor": per_tensor, "split": split})
+        if replaceable(out, SEARCH_CACHE):  # never over a file calib did not write
+            atomic_write_json(out / SEARCH_CACHE, {"key": key, "ranking": ranking, "found": found,
+                                                   "per_tensor": per_tensor, "split": split})
+            record(out, [SEARCH_CACHE])  # calib's, provably: the publication below replaces it
     atomic_write_json(stage / SEARCH_CACHE, {"key": key, "ranking": ranking, "found": found,
                                              "per_tensor": per_tensor, "split": split})  # published with the rest
     overrides = None

@@ -179,9 +179,17 @@ def test_garbage_search_cache_is_ignored_with_a_warning(tmp_path, content, caplo
     assert any(SEARCH_CACHE in r.getMessage() for r in caplog.records)
 
 
-def test_convert_onto_a_published_cache_keeps_it_usable(made):
+def test_convert_onto_a_published_cache_keeps_it_usable(made, tmp_path):
+    """Converting a cache onto itself is refused (an input is never overwritten); onto another cache of a
+    published folder, the folder's manifest follows, so readers still take it for calib's."""
     cache = made / "a" / "minmax.cache"
-    r = invoke("cache", "convert", cache, "--model", made / "m.onnx", "--to", "cache", "--carrier",
+    one_line_failure(invoke("cache", "convert", cache, "--model", made / "m.onnx", "--to", "cache", "--carrier",
+                            "MinMaxCalibration", "-o", cache), "minmax.cache", "input")
+    assert invoke("cache", "inspect", cache, "--model", made / "m.onnx").exit_code == 0
+    copy = tmp_path / "copy.cache"
+    copy.write_bytes(cache.read_bytes())
+    (tmp_path / "copy.json").write_bytes((made / "a" / "minmax.json").read_bytes())
+    r = invoke("cache", "convert", copy, "--model", made / "m.onnx", "--to", "cache", "--carrier",
                "MinMaxCalibration", "-o", cache)
     assert r.exit_code == 0, r.output
     r = invoke("cache", "inspect", cache, "--model", made / "m.onnx")

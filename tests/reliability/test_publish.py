@@ -167,14 +167,23 @@ def test_out_on_its_own_filesystem_never_renames_across(work, monkeypatch):
 
 
 def test_stale_staging_folders_are_removed(work):
+    """Folders a killed run left (marked as calib's, for this out) are removed; folders under a staging name that
+    calib did not make (no marker, a marker for another folder, an older calib's mkdtemp name) are left alone."""
     out = work / "out"
-    for name in (".out.calib-stage-999999-abcd", ".out.calib-stage-1-00", ".out.k2j4_x9a"):  # the last: older calib
+    for name in (".out.calib-stage-999999-abcd", ".out.calib-stage-1-00"):
         (work / name).mkdir()
+        pub.mark_stage(work / name, out)
         (work / name / "minmax.cache").write_text("half written")
+    for name in (".out.calib-stage-2-beef", ".out.k2j4_x9a"):
+        (work / name).mkdir()
+        (work / name / "photo.jpg").write_text("someone's")
+    (work / ".out.calib-stage-3-cafe").mkdir()
+    pub.mark_stage(work / ".out.calib-stage-3-cafe", work / "elsewhere")
     (work / ".out.lock").write_text("999999999")  # its owner is dead
     (work / "keep.me").mkdir()
     assert calibrate(work, 0, out).exit_code == 0
-    assert leftovers(work) == [] and (work / "keep.me").is_dir()
+    assert sorted(leftovers(work)) == [".out.calib-stage-2-beef", ".out.calib-stage-3-cafe"]
+    assert (work / ".out.k2j4_x9a" / "photo.jpg").is_file() and (work / "keep.me").is_dir()
 
 
 def test_interrupted_swap_is_undone(work):
@@ -184,7 +193,6 @@ def test_interrupted_swap_is_undone(work):
     old = snapshot(out)
     aside = work / ".out.calib-old-999999-ab"
     os.rename(out, aside)
-    (work / ".out.calib-stage-999999-cd").mkdir()
     pub.recover(work, out)
     assert snapshot(out) == old and leftovers(work) == []
 
