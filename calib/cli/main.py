@@ -41,6 +41,7 @@ def run(ctx, recipe, out, overrides, quiet):
     from calib.evaluate.report import ship_line
     from calib.evaluate.report_doc import shown_path
     from calib.io.progress import set_quiet
+    from calib.io.reading import read_json
     from calib.pipeline import run_recipe
     from calib.recipe import load_recipe
 
@@ -48,7 +49,7 @@ def run(ctx, recipe, out, overrides, quiet):
         set_quiet(True)
     r = load_recipe(recipe, overrides)
     path = run_recipe(r, out, verbose=ctx.obj["verbose"])
-    click.echo(ship_line(json.loads((Path(path) / "report.json").read_text())))
+    click.echo(ship_line(read_json(Path(path) / "report.json", 256 << 20, "report")))
     click.echo(f"wrote {shown_path(Path(path) / 'report.html')}")
 
 

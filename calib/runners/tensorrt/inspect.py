@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 
+MAX_ENGINE_JSON = 256 << 20  # an engine sidecar or inspector JSON larger than this is not one
 _ORDER = {"int8": 0, "fp8": 0, "fp16": 1, "bf16": 1, "tf32": 2, "fp32": 2}
 
 
