@@ -85,16 +85,23 @@ def _pair(name: str, tag: str, scale: np.ndarray, axis: int | None, nodes: list,
     return f"{tag}_dequantized"
 
 
+def activation_scale(amax: float) -> np.ndarray | None:
+    """The float32 scale amax / 127 of an activation; None where it is zero (a tensor zero on every calibration
+    batch, or an amax so small that the scale underflows): that tensor stays float, no zero scale is written."""
+    scale = np.array(amax / 127.0, np.float32)
+    return scale if scale > 0 else None
+
+
 def weight_scales(w: np.ndarray, axis: int) -> np.ndarray:
     red = tuple(i for i in range(w.ndim) if i != axis)
     amax = np.abs(w).max(axis=red) if red else np.abs(w)
-    return np.where(amax > 0, amax / 127.0, 1.0).astype(np.float32)
+    scale = (amax / 127.0).astype(np.float32)
+    return np.where(scale > 0, scale, 1.0).astype(np.float32)
 
 
 def _weight_pair(node, ii: int, w: np.ndarray, per_channel: bool, int8: bool, name: str, nodes, inits) -> str:
     axis = _weight_axis(node, ii, w) if per_channel and w.ndim > 1 else None
-    scale = weight_scales(w, axis) if axis is not None else np.array(
-        max(float(np.abs(w).max()), 1e-12) / 127.0, np.float32)
+    scale = weight_scales(w, axis) if axis is not None else weight_scales(w.reshape(1, -1), 0).reshape(())
     return _pair(name, name, scale, axis, nodes, inits, weight=w if int8 else None)
 
 
@@ -118,7 +125,7 @@ def insert_qdq(model: onnx.ModelProto, amax: dict, exclude: Exclusions = Exclusi
     new_inits: list = []
     done: dict[tuple, str] = {}  # (tensor, scale source) -> dequantized name
     rewires = []
-    missing = set()
+    missing, zero = set(), set()
     for site in place(m, exclude.excludes):
         if not (weights if site.kind == "weight" else activations):
             continue
@@ -134,9 +141,11 @@ def insert_qdq(model: onnx.ModelProto, amax: dict, exclude: Exclusions = Exclusi
                 if any(t not in amax for t in src):
                     missing.update(t for t in src if t not in amax)
                     continue
-                a = max(float(amax[t]) for t in src)
+                scale = activation_scale(max(float(amax[t]) for t in src))
+                if scale is None:  # zero on every calibration batch (TensorRT's cache line `name: 0`)
+                    zero.add(site.tensor)
+                    continue
                 tag = site.tensor if src == (site.tensor,) else f"{site.tensor}_as_{src[0]}"
-                scale = np.array(max(a, 1e-12) / 127.0, np.float32)
                 done[key] = _pair(site.tensor, tag, scale, None, new_nodes, new_inits)
         rewires.append((site, done[key]))
     for site, new in rewires:
@@ -148,6 +157,9 @@ def insert_qdq(model: onnx.ModelProto, amax: dict, exclude: Exclusions = Exclusi
             node.attribute.append(helper.make_attribute("kernel_shape", list(inits[site.tensor].dims[2:])))
     if missing:
         log.warning("no scale for %d tensors, left in float: %s", len(missing), ", ".join(sorted(missing)[:5]))
+    if zero:
+        log.warning("amax 0 (zero on every calibration batch) for %d tensors, left in float: %s", len(zero),
+                    ", ".join(sorted(zero)[:5]))
     _order(g, new_nodes)
     g.initializer.extend(new_inits)
     if int8_weights:
