@@ -74,6 +74,7 @@ class CalibrationSpec:
     percentile: float = field(default=99.99, metadata={"above": 0.0, "max": 100.0})
     equalize: bool = False  # cross-layer range equalization of the FP32 model first (calib/equalize.py)
     int8_weights: bool = False  # the Q/DQ model stores weights as INT8 initializers behind a DequantizeLinear
+    allow_qdq: bool = False  # calibrate a model that holds Q/DQ nodes already (refused by default: not FP32)
     trt_version: str = field(default="8600", metadata={"digits": True})
     carrier: str = field(default="EntropyCalibration2", metadata={
         "choices": ("EntropyCalibration2", "EntropyCalibration", "MinMaxCalibration", "LegacyCalibration")})

@@ -27,6 +27,19 @@ _LINE = re.compile(r"^(.+): ([0-9a-fA-F]{8}|0)$")
 _TRT_INTERNAL = re.compile(r"^\(Unnamed Layer\* \d+\) \[.+\]_output$")
 
 
+LINE_BREAKS = "\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029"  # every character str.splitlines() breaks on
+
+
+def check_tensor_names(names, label: str) -> None:
+    """A cache holds one `name: scale` line per tensor: a name holding a line break (newline, NEL, U+2028, ...)
+    would be read as other lines, by TensorRT and by calib; such a tensor is a CacheError naming it."""
+    for name in names:
+        bad = next((c for c in name if c in LINE_BREAKS), None)
+        if bad is not None:
+            raise CacheError(f"{label}: tensor {ascii(name)} holds a line break (U+{ord(bad):04X}), which would split "
+                             "its calibration cache line: rename the tensor in the model")
+
+
 def scale_to_hex(scale: float) -> str:
     return struct.pack(">f", np.float32(scale)).hex()
 
@@ -69,6 +82,7 @@ def format_cache(amaxes: dict, version: str = "8600", carrier: str = DEFAULT_CAR
     if carrier not in CARRIERS:
         raise CacheError(f"unknown cache header algorithm '{carrier}' (choose from {', '.join(CARRIERS)})")
     lines = [f"TRT-{version}-{carrier}"]
+    check_tensor_names(amaxes, "calibration cache")
     for name, amax in amaxes.items():
         if not math.isfinite(amax) or amax < 0:
             raise CacheError(f"tensor '{name}': amax {amax} is not a finite non-negative number")
