@@ -12,7 +12,7 @@ import onnx
 
 from calib.errors import CalibError
 from calib.io.reading import read_json
-from calib.runners.tensorrt.inspect import MAX_ENGINE_JSON
+from calib.runners.tensorrt.inspect import MAX_ENGINE_JSON, check_layers
 
 FLOAT = ("fp16", "fp32")
 
@@ -29,9 +29,9 @@ def engine_layers(path) -> list[dict]:
         raise CalibError(f"{p}: no engine sidecar {side.name} with the engine's layers (written by calib build)")
     data = read_json(side, MAX_ENGINE_JSON, "engine sidecar")
     layers = data.get("layers") if isinstance(data, dict) else data
-    if not isinstance(layers, list) or not all(isinstance(x, dict) and "fused" in x for x in layers):
+    if not isinstance(layers, list):
         raise CalibError(f"{side}: holds no engine inspector layers (a 'layers' list with 'fused' names)")
-    return layers
+    return check_layers(layers, str(side))
 
 
 def float_nodes(model: onnx.ModelProto, layers: list[dict], label: str = "engine") -> list[str]:
