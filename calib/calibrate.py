@@ -22,7 +22,7 @@ from calib.io.nvtx import nvtx_range
 from calib.io.progress import bar
 from calib.io.publish import publish
 from calib.quantize import cache as cachefmt
-from calib.quantize.model import ModelInfo, inspect_model, load_model, relu_bounds
+from calib.quantize.model import ModelInfo, check_fp32, inspect_model, load_model, relu_bounds
 from calib.quantize.opset import check_convertible
 from calib.quantize.ties import file_tie_sources, tie_amax, tie_sources
 from calib.stats import warmup
@@ -135,7 +135,7 @@ def finite_samples(batch: dict, inputs, source, seen: int, label: str, skip: boo
 def collect(model_path: str | Path, source, micro_batch: int = 8, nbins: int = DEFAULT_BINS,
             label: str = "calibration data", info: ModelInfo | None = None, derive: bool = True,
             blocked: bool = True, skip_nonfinite: bool = False, dropped: list | None = None,
-            give_back: bool = True, tensorrt_grid: bool = True):
+            give_back: bool = True, tensorrt_grid: bool = True, allow_qdq: bool = False):
     """Run the FP32 model over `source` once; returns (ModelInfo, HistogramCollector, samples, fingerprint).
 
     A sample holding NaN or Inf in an input is an error, or with `skip_nonfinite` left out (and its name added
@@ -147,13 +147,16 @@ def collect(model_path: str | Path, source, micro_batch: int = 8, nbins: int = D
     command that ends after writing the caches saves the extra one-sample run).
     tensorrt_grid: also keep each tensor's histogram on TensorRT's own grid (its range from the first batch, which
     takes one more pass of the model over that batch when it is more than one run), for the entropy algorithm to
-    match EntropyCalibration2."""
+    match EntropyCalibration2.
+    allow_qdq: calibrate a model that holds Q/DQ nodes already (refused by default: it is not an FP32 model)."""
     from calib.runners.onnxruntime import OrtRunner
 
     warmup.start()
     proto = load_model(model_path)
+    check_fp32(proto, model_path, allow_qdq, "--allow-qdq (recipe: calibration.allow_qdq: true)")
     check_convertible(proto, str(model_path))  # its Q/DQ models need opset 13: refused now, not after the pass
     info = info or inspect_model(model_path, proto)
+    cachefmt.check_tensor_names(info.activations, str(model_path))  # before the pass, not at the cache's writing
     file_tie_sources(model_path, proto)  # for compute_all, without loading the model again
     inputs = [n for n, _, _ in info.inputs]
     digest = hashlib.sha256()
@@ -296,14 +299,15 @@ def calibrate(model: str | Path, data, algorithms=ALL_ALGORITHMS, params: dict |
               batch_size: int = 8, preprocess: str = "none", out: str | Path | None = None,
               trt_version: str = "8600", carrier: str = cachefmt.DEFAULT_CARRIER,
               micro_batch: int = 8, skip_nonfinite: bool = False, equalize: bool = False,
-              give_back: bool = True) -> CalibrationResult:
+              give_back: bool = True, allow_qdq: bool = False) -> CalibrationResult:
     """Calibrate `model` on `data` (a Source, an ndarray, a dict of arrays per input, or a .npy/.npz path) with
     every algorithm.
 
     Returns a CalibrationResult; with `out`, also writes <algo>.cache and <algo>.json there, published as a whole
     (calib.io.publish: the previous contents stay until every file is written). With `equalize`, cross-layer
     equalization first: the caches are then for OUT/<model>.equalized.onnx (written too; needs `out`).
-    give_back: the pass's memory returned to the system at its end (calib.calibrate.collect)."""
+    give_back: the pass's memory returned to the system at its end (calib.calibrate.collect).
+    allow_qdq: calibrate a model that holds Q/DQ nodes already (refused by default)."""
     algorithms = [algorithms] if isinstance(algorithms, str) else list(algorithms)
     if not algorithms:
         raise CalibError("no calibration algorithm given")
@@ -332,6 +336,7 @@ def calibrate(model: str | Path, data, algorithms=ALL_ALGORITHMS, params: dict |
         dropped: list = []
         info2, stats, samples, fp = collect(model, data, micro_batch=micro_batch, label=label, info=info,
                                             skip_nonfinite=skip_nonfinite, dropped=dropped, give_back=give_back,
+                                            allow_qdq=allow_qdq,
                                             tensorrt_grid=needs_tensorrt_grid(algorithms, params))
         t_pass = time.perf_counter() - t0
         amax, used, secs = compute_all(stats, info2.activations, algorithms, params, model=model)

@@ -8,6 +8,19 @@ class CalibError(Exception):
     exit_code = 2
 
 
+_BREAKS = "\r\n\v\f\x1c\x1d\x1e\x85\u2028\u2029"  # what str.splitlines() breaks on
+
+
+def one_line(text: str) -> str:
+    """`text` on one line: each line break written as its escape (a file or tensor name holding a newline)."""
+    return "".join(c.encode("unicode_escape").decode("ascii") if c in _BREAKS else c for c in str(text))
+
+
+def joined(text: str) -> str:
+    """A message of several lines (ONNX Runtime's) as one: its lines joined with spaces, none dropped."""
+    return " ".join(part.strip() for part in str(text).splitlines() if part.strip())
+
+
 class RecipeError(CalibError):
     """A recipe file has an unknown key, a wrong type or a missing file."""
 

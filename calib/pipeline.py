@@ -160,6 +160,7 @@ def _run(recipe: Recipe, stage: Path, final: Path | None = None) -> None:
     left_out: list = []  # samples holding NaN/Inf, with calibration_data.skip_nonfinite
     info, stats, samples, fp = collect(model_path, csrc, label=recipe.calibration_data.path, info=info,
                                        skip_nonfinite=recipe.calibration_data.skip_nonfinite, dropped=left_out,
+                                       allow_qdq=c.allow_qdq,
                                        tensorrt_grid=needs_tensorrt_grid(c.algorithms, _params(recipe)))
     if getattr(csrc, "bad", None):
         log.warning("%d unreadable images skipped", len(csrc.bad))

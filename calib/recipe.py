@@ -75,6 +75,7 @@ class CalibrationSpec:
     equalize: bool = False  # cross-layer range equalization of the FP32 model first (calib/equalize.py)
     int8_weights: bool = False  # the Q/DQ model stores weights as INT8 initializers behind a DequantizeLinear
     allow_float_weights: bool = False  # write the Q/DQ model even where a layer's input is quantized, its weight not
+    allow_qdq: bool = False  # calibrate a model that holds Q/DQ nodes already (refused by default: not FP32)
     trt_version: str = field(default="8600", metadata={"digits": True})
     carrier: str = field(default="EntropyCalibration2", metadata={
         "choices": ("EntropyCalibration2", "EntropyCalibration", "MinMaxCalibration", "LegacyCalibration")})

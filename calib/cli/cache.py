@@ -109,18 +109,20 @@ def cache_diff(a, b, top, ignore_sidecar):
 @click.option("--like-engine", type=click.Path(exists=True, dir_okay=False), default=None,
               help="Q/DQ: no Q/DQ on the layers this engine (built by calib build: its .json sidecar) ran in "
                    "FP16/FP32, e.g. an implicit INT8 engine's choices carried to an explicit one.")
+@click.option("--allow-qdq", is_flag=True, help="Q/DQ: quantize a model that holds Q/DQ nodes already (default: refused).")
 @_cache_checks
 @click.option("--out", "-o", required=True, type=click.Path(dir_okay=False))
 @_handled
 def cache_convert(file, model, fmt, carrier, trt_version, exclude, ignore_hash, allow_unknown, int8_weights,
-                  quantize_stem_output, allow_float_weights, like_engine, ignore_sidecar, allow_partial, out):
+                  quantize_stem_output, allow_float_weights, like_engine, allow_qdq, ignore_sidecar, allow_partial,
+                  out):
     """Turn a cache into a Q/DQ ONNX model (TensorRT explicit quantization) or relabel its header (+ sidecar)."""
     from calib.io.files import atomic_write_bytes
     from calib.io.inputs import refuse_overwrite
     from calib.quantize.cache import sidecar_path
     from calib.quantize.cachecheck import CacheChecks, load_checked, write_converted
     from calib.quantize.coverage import check_float_weights, weight_coverage
-    from calib.quantize.model import inspect_model, load_model
+    from calib.quantize.model import check_fp32, inspect_model, load_model
     from calib.quantize.opset import at_qdq_opset, describe_opset
     from calib.quantize.patterns import check_exclusions
     from calib.quantize.qdq import Exclusions, count_qdq, excluded_from, insert_qdq
@@ -133,6 +135,8 @@ def cache_convert(file, model, fmt, carrier, trt_version, exclude, ignore_hash, 
     if fmt == "cache" and sidecar_path(out) == Path(out):
         raise CalibError(f"{out}: -o: a cache named .json would be its own sidecar; name it .cache")
     proto = load_model(model)
+    if fmt == "qdq":
+        check_fp32(proto, model, allow_qdq)
     qproto = at_qdq_opset(proto, model) if fmt == "qdq" else proto  # below opset 13: converted, names kept
     ex = check_exclusions(proto, exclude, model) if fmt == "qdq" else excluded_from(())
     if like_engine and fmt != "qdq":

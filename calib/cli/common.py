@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from calib.errors import CalibError
+from calib.errors import CalibError, one_line
 
 
 def handled(fn):
@@ -23,11 +23,11 @@ def handled(fn):
             _silence_stdout()
             sys.exit(141)
         except CalibError as exc:
-            click.echo(f"error: {exc}", err=True)
+            click.echo(f"error: {one_line(exc)}", err=True)
             sys.exit(exc.exit_code)
         except OSError as exc:  # a read-only folder, a full disk: name the file, no traceback
             where = exc.filename or "output"
-            click.echo(f"error: {where}: {exc.strerror or exc}", err=True)
+            click.echo(f"error: {one_line(f'{where}: {exc.strerror or exc}')}", err=True)
             sys.exit(2)
         except Terminated:
             click.echo("terminated: nothing was written", err=True)

@@ -153,12 +153,12 @@ def preprocess_spec(args: DataArgs, input_dims: tuple, elem_type: int):
 def _coco_images(annotations: Path, given: str | None) -> Path:
     if given:
         return Path(given)
-    import json
+    from calib.data.annotations import read_coco
 
-    try:
-        first = json.loads(annotations.read_text())["images"][0]["file_name"]
-    except (OSError, ValueError, KeyError, IndexError, TypeError):
+    coco = read_coco(annotations)
+    if not coco.images:
         return annotations.parent  # coco_samples says what is wrong with the file
+    first = coco.images[next(iter(coco.images))]
     for d in (annotations.parent, annotations.parent / "images", annotations.parent.parent / "images",
               annotations.parent.parent):
         if (d / first).is_file():

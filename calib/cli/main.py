@@ -41,6 +41,7 @@ def run(ctx, recipe, out, overrides, quiet):
     from calib.evaluate.report import ship_line
     from calib.evaluate.report_doc import shown_path
     from calib.io.progress import set_quiet
+    from calib.io.reading import read_json
     from calib.pipeline import run_recipe
     from calib.recipe import load_recipe
 
@@ -48,7 +49,7 @@ def run(ctx, recipe, out, overrides, quiet):
         set_quiet(True)
     r = load_recipe(recipe, overrides)
     path = run_recipe(r, out, verbose=ctx.obj["verbose"])
-    click.echo(ship_line(json.loads((Path(path) / "report.json").read_text())))
+    click.echo(ship_line(read_json(Path(path) / "report.json", 256 << 20, "report")))
     click.echo(f"wrote {shown_path(Path(path) / 'report.html')}")
 
 
@@ -80,10 +81,12 @@ def sensitivity(ctx, recipe, out, overrides):
 @click.option("--equalize", is_flag=True,
               help="Cross-layer equalization first; the caches are then for OUT/<model>.equalized.onnx.")
 @click.option("--skip-nonfinite", is_flag=True, help="Leave out samples holding NaN or Inf (default: an error).")
+@click.option("--allow-qdq", is_flag=True, help="Calibrate a model that holds Q/DQ nodes already (default: refused).")
 @click.option("--out", "-o", required=True, type=click.Path(file_okay=False))
 @_handled
 @with_data
-def calibrate(model, data_args, algo, batch_size, percentile, trt_version, carrier, equalize, skip_nonfinite, out):
+def calibrate(model, data_args, algo, batch_size, percentile, trt_version, carrier, equalize, skip_nonfinite,
+              allow_qdq, out):
     """Calibrate MODEL on --data in one pass; write OUT/<algo>.cache and OUT/<algo>.json per algorithm."""
     from calib.algorithms import registry
     from calib.stats import warmup
@@ -100,7 +103,7 @@ def calibrate(model, data_args, algo, batch_size, percentile, trt_version, carri
     data = make_cli_source(data_args, inspect_model(model), batch_size)
     res = run_calibration(model, data, algos, {"percentile": {"percentile": percentile}}, batch_size,
                           "none", out, trt_version, carrier, skip_nonfinite=skip_nonfinite, equalize=equalize,
-                          give_back=False)  # the process ends after writing the caches
+                          give_back=False, allow_qdq=allow_qdq)  # the process ends after writing the caches
     if res.equalized:
         click.echo(f"{Path(out) / res.equalized['file']}  ({res.equalized['equalized']} of {res.equalized['pairs']} "
                    "Conv pairs equalized)")
@@ -134,11 +137,12 @@ def calibrate(model, data_args, algo, batch_size, percentile, trt_version, carri
               help="The build to simulate (the one to deploy): implicit INT8 from the cache, or the Q/DQ model.")
 @click.option("--engine-layers", type=click.Path(exists=True, dir_okay=False),
               help="An engine's JSON sidecar or inspector JSON: simulate what that engine runs in INT8/FP16/FP32.")
+@click.option("--allow-qdq", is_flag=True, help="Evaluate a model that holds Q/DQ nodes already (default: refused).")
 @click.option("--out", "-o", required=True, type=click.Path(file_okay=False))
 @_handled
 @with_data
 def evaluate(model, caches, data_args, batch_size, task, ignore_hash, allow_unknown, exclude, layerwise,
-             ignore_sidecar, allow_partial, deploy, engine_layers, out):
+             ignore_sidecar, allow_partial, deploy, engine_layers, allow_qdq, out):
     """Compare MODEL in FP32 with its INT8 simulation under each --cache; write a report to OUT."""
     from calib.evaluate.api import evaluate as run_eval
     from calib.evaluate.report import ship_line, summary, write_reports
@@ -146,12 +150,13 @@ def evaluate(model, caches, data_args, batch_size, task, ignore_hash, allow_unkn
     from calib.io.publish import publish
     from calib.pipeline import deployed_precision
     from calib.quantize.cachecheck import CacheChecks, load_checked
-    from calib.quantize.model import inspect_model, load_model
+    from calib.quantize.model import check_fp32, inspect_model, load_model
     from calib.quantize.patterns import check_exclusions, excluded_layers
     from calib.recipe import DetectionSpec
     from calib.stats.histogram import HistogramCollector
 
     proto = load_model(model)
+    check_fp32(proto, model, allow_qdq)
     found = check_task(proto, task, label=str(model))
     if task == "outputs" and detection_format(output_shapes(proto)):
         click.echo(f"note: {model} is a detector: --task detection adds mAP against FP32's boxes to the report; "

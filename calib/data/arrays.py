@@ -1,6 +1,7 @@
 """Arrays from .npy / .npz files (or memory) as a Source of preprocessed batches, for one input or several."""
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -31,7 +32,12 @@ def load_array(path: str | Path, key: str | None = None) -> np.ndarray:
                 if key not in keys:
                     raise DataError(f"{path}: has no array '{key}' (has {keys})")
                 return z[key]
-        return np.load(path, mmap_mode="r", allow_pickle=False)
+        array = np.load(path, mmap_mode="r", allow_pickle=False)
+        if isinstance(array, np.memmap) and array.offset is not None and \
+                array.offset + array.nbytes > path.stat().st_size:
+            raise DataError(f"{path}: cut short: its header promises {array.offset + array.nbytes} bytes, the file "
+                            f"has {path.stat().st_size}")
+        return array
     except DataError:
         raise
     except Exception as exc:
@@ -92,6 +98,40 @@ def _single(path: Path, name: str, key: str | None) -> np.ndarray:
     return load_array(path, key)
 
 
+def mapped_file(array) -> tuple[str, int] | None:
+    """(file, data offset) of a memory-mapped .npy array that spans its whole file (as np.load maps it), else None."""
+    name, offset = getattr(array, "filename", None), getattr(array, "offset", None)
+    if not isinstance(array, np.memmap) or name is None or offset is None or not array.flags.c_contiguous:
+        return None
+    try:
+        return (name, offset) if offset + array.nbytes == os.stat(name).st_size else None
+    except OSError:
+        return None
+
+
+def read_rows(array: np.ndarray, start: int, stop: int, mapped: tuple[str, int] | None, label: str) -> np.ndarray:
+    """array[start:stop] as a new array in memory. Rows of a memory-mapped file (`mapped`, from mapped_file) are
+    read with pread, not through the mapping: a file cut while the pass runs is a DataError naming it, not a
+    SIGBUS that kills the process without a word."""
+    if mapped is None:
+        return np.array(array[start:stop], copy=True)
+    name, offset = mapped
+    row = array.dtype.itemsize * int(np.prod(array.shape[1:], dtype=np.int64))
+    want = row * (stop - start)
+    try:
+        fd = os.open(name, os.O_RDONLY)
+        try:
+            data = os.pread(fd, want, offset + row * start)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise DataError(f"{label}: cannot read samples {start}-{stop - 1} ({exc.strerror or exc})") from None
+    if len(data) != want:
+        raise DataError(f"{label}: cut short while it was read (samples {start}-{stop - 1} need bytes up to "
+                        f"{offset + row * stop}, the file now ends at {offset + row * start + len(data)})")
+    return np.frombuffer(data, array.dtype).reshape((stop - start,) + array.shape[1:]).copy()
+
+
 def preset_transform(x: np.ndarray, preset: str, channels_first: bool) -> np.ndarray:
     """uint8/float images -> float32 model input for the simple presets of `calib calibrate`."""
     if preset not in PRESETS:
@@ -129,13 +169,14 @@ class ArraySource:
         self.channels_first = channels_first
         self.label = label
         self.n = min(array.shape[0], limit) if limit else array.shape[0]
+        self.mapped = mapped_file(array)
 
     def __len__(self) -> int:
         return self.n
 
     def __iter__(self) -> Iterator[dict]:
         for i in range(0, self.n, self.batch_size):
-            x = self.array[i:min(self.n, i + self.batch_size)]
+            x = read_rows(self.array, i, min(self.n, i + self.batch_size), self.mapped, self.label)
             yield {self.input_name: preset_transform(x, self.preset, self.channels_first)}
 
 

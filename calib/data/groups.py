@@ -8,25 +8,23 @@ names is its own group. The evaluation's bootstrap resamples groups, not samples
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from pathlib import Path
 
 from calib.errors import DataError
+from calib.io.reading import read_json
 
 SIDECAR = "sources.json"
+MAX_SOURCES_BYTES = 256 << 20
 
 
 def read_sources(folder: str | Path) -> dict[str, str]:
     """{relative file name: resolved source path} from `folder`/sources.json ({} without one)."""
     root = Path(folder)
     p = root / SIDECAR
-    if not p.is_file():
+    if not p.exists():
         return {}
-    try:
-        data = json.loads(p.read_text())
-    except (OSError, ValueError) as exc:
-        raise DataError(f"{p}: not a readable JSON object of file -> source image ({exc})") from None
+    data = read_json(p, MAX_SOURCES_BYTES, "sources file", DataError)
     if not isinstance(data, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in data.items()):
         raise DataError(f"{p}: must map each file name to its source image's path (strings)")
     return {k: os.path.normpath(str((root / v).absolute())) for k, v in data.items()}

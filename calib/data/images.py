@@ -1,7 +1,6 @@
 """Image datasets: a folder (flat, or one subfolder per class), COCO json, YOLO txt labels."""
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -10,6 +9,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
+from calib.data.annotations import read_coco, read_yolo_labels
 from calib.data.transforms import Letterbox, Preprocessor
 from calib.errors import DataError
 from calib.io.files import printable
@@ -73,26 +73,16 @@ def folder_samples(path: str | Path) -> tuple[list[Sample], list[str]]:
 def coco_samples(images: str | Path, annotations: str | Path) -> tuple[list[Sample], dict]:
     images, annotations = Path(images), Path(annotations)
     _readable_dir(images, "COCO image folder")
-    try:
-        doc = json.loads(annotations.read_text())
-        imgs = {im["id"]: im for im in doc["images"]}
-        cats = {c["id"]: c["name"] for c in doc.get("categories", [])}
-        per: dict[int, list] = {i: [] for i in imgs}
-        for a in doc.get("annotations", []):
-            per[a["image_id"]].append(a)
-    except FileNotFoundError:
-        raise DataError(f"{annotations}: COCO annotation file not found") from None
-    except (ValueError, KeyError, TypeError) as exc:
-        raise DataError(f"{annotations}: not a COCO annotation file ({exc.__class__.__name__}: {exc})") from None
+    coco = read_coco(annotations)
     samples = []
-    for iid in sorted(imgs):
-        anns = [a for a in per[iid] if not a.get("iscrowd", 0)]
-        boxes = np.array([a["bbox"] for a in anns], np.float64).reshape(-1, 4)
-        classes = np.array([a["category_id"] for a in anns], np.int64)
-        samples.append(Sample(images / imgs[iid]["file_name"], iid, boxes=boxes, classes=classes))
+    for iid in sorted(coco.images):
+        anns = coco.boxes[iid]
+        boxes = np.array([b for b, _ in anns], np.float64).reshape(-1, 4)
+        classes = np.array([c for _, c in anns], np.int64)
+        samples.append(Sample(images / coco.images[iid], iid, boxes=boxes, classes=classes))
     if not samples:
         raise DataError(f"{annotations}: no images listed")
-    return samples, cats
+    return samples, coco.categories
 
 
 def yolo_samples(path: str | Path) -> list[Sample]:
@@ -105,12 +95,7 @@ def yolo_samples(path: str | Path) -> list[Sample]:
     samples = []
     for i, p in enumerate(_images_in(img_dir)):
         txt = lbl_dir / (p.stem + ".txt")
-        rows = np.zeros((0, 5))
-        if txt.is_file():
-            try:
-                rows = np.loadtxt(txt, ndmin=2).reshape(-1, 5)
-            except ValueError as exc:
-                raise DataError(f"{txt}: not a YOLO label file ({exc})") from None
+        rows = read_yolo_labels(txt) if txt.exists() else np.zeros((0, 5))
         boxes = None
         try:
             with Image.open(p) as im:  # reads the header only

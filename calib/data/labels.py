@@ -14,7 +14,6 @@ goes through a map:
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import re
 from pathlib import Path
@@ -23,6 +22,8 @@ import numpy as np
 import yaml
 
 from calib.errors import DataError
+from calib.io.reading import parse_json, read_text
+from calib.io.yamlload import YamlLimitError, load_yaml
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +31,7 @@ COCO80_IDS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 13, 14, 15, 16, 17, 18, 19, 20,
               33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59,
               60, 61, 62, 63, 64, 65, 67, 70, 72, 73, 74, 75, 76, 77, 78, 79, 80, 81, 82, 84, 85, 86, 87, 88, 89, 90)
 MAPS = ("auto", "coco80", "identity")
+MAX_MAP_BYTES = 16 << 20  # a category map file larger than this is not one
 
 
 def coco80() -> dict[int, int]:
@@ -37,14 +39,20 @@ def coco80() -> dict[int, int]:
     return {cid: k for k, cid in enumerate(COCO80_IDS)}
 
 
+def _integer(v) -> int:
+    """An int from an int or a string of digits; a float, a bool or other text is a ValueError."""
+    if isinstance(v, bool) or not isinstance(v, (int, str)):
+        raise ValueError(f"{v!r} is not an integer")
+    return int(v)
+
+
 def _read_map_file(path: str) -> dict[int, int]:
     p = Path(path)
+    text = read_text(p, MAX_MAP_BYTES, "category_map_file", DataError)
     try:
-        raw = json.loads(p.read_text()) if p.suffix == ".json" else yaml.safe_load(p.read_text())
-        out = {int(k): int(v) for k, v in dict(raw).items()}
-    except FileNotFoundError:
-        raise DataError(f"{p}: category_map_file not found") from None
-    except (ValueError, TypeError, AttributeError, yaml.YAMLError) as exc:
+        raw = parse_json(text, str(p), "category_map_file", DataError) if p.suffix == ".json" else load_yaml(text)
+        out = {_integer(k): _integer(v) for k, v in dict(raw).items()}
+    except (ValueError, TypeError, AttributeError, yaml.YAMLError, YamlLimitError, RecursionError) as exc:
         raise DataError(f"{p}: category_map_file is not a mapping of category id to class index ({exc})") from None
     if any(v < 0 for v in out.values()):
         raise DataError(f"{p}: category_map_file maps to a negative class index")

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import numpy as np
 from PIL import Image
 
-from calib.data.arrays import InputsSource, load_inputs
+from calib.data.arrays import InputsSource, load_inputs, mapped_file, read_rows
 from calib.data.images import ImageSource, Sample, coco_samples, folder_samples, subset, yolo_samples
 from calib.data.labels import category_map, labels_from_names, map_classes
 from calib.data.transforms import Preprocessor
@@ -26,12 +26,13 @@ class ArrayImageSource:
         self.array, self.pre, self.input_name = array, pre, input_name
         self.batch_size, self.index, self.label = batch_size, list(index), label
         self.samples = [Sample(path=None, image_id=int(i)) for i in self.index]
+        self.mapped = mapped_file(array)
 
     def __len__(self) -> int:
         return len(self.index)
 
     def _one(self, i: int):
-        x = self.array[i]
+        x = read_rows(self.array, i, i + 1, self.mapped, self.label)[0]
         if x.dtype == np.uint8 and x.ndim == 3 and x.shape[-1] in (1, 3):
             return self.pre(Image.fromarray(np.asarray(x).squeeze(-1) if x.shape[-1] == 1 else np.asarray(x)))
         return np.array(x, copy=True), None

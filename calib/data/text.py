@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from calib.errors import DataError, require
+from calib.io.reading import read_text
 
 log = logging.getLogger(__name__)
 
@@ -24,12 +25,7 @@ def read_lines(path: str | Path) -> list[str]:
     path = Path(path)
     if not path.is_file():
         raise DataError(f"{path}: text file not found")
-    if path.stat().st_size > MAX_TEXT_BYTES:
-        raise DataError(f"{path}: larger than {MAX_TEXT_BYTES >> 20} MiB; give fewer lines")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise DataError(f"{path}: not a readable UTF-8 text file ({exc})") from None
+    text = read_text(path, MAX_TEXT_BYTES, "text file", DataError)
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     if not lines:
         raise DataError(f"{path}: no text lines (one sample per non-empty line)")

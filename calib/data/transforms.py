@@ -53,7 +53,8 @@ class Preprocessor:
             if s.mode == "letterbox":
                 th, tw = _pair(s.resize)
                 r = min(th / h, tw / w)
-                nw, nh = int(round(w * r)), int(round(h * r))
+                # at least one pixel: a 30000x2 image letterboxed to 640 keeps a 1-pixel strip, not a 0-pixel side
+                nw, nh = max(1, min(tw, int(round(w * r)))), max(1, min(th, int(round(h * r))))
                 resized = img.resize((nw, nh), Image.BILINEAR)
                 left = int(round((tw - nw) / 2 - 0.1))
                 top = int(round((th - nh) / 2 - 0.1))

@@ -61,16 +61,16 @@ def build_engine_file(model, out, spec: BuildSpec, cache=None, calibrator: str |
 
 def check_engine_sidecar(engine) -> None:
     """An engine and its <engine>.json must come from the same build (the sidecar records the engine's sha256)."""
-    import json
-
     from calib.io.files import recover_together, sha256_file
+    from calib.io.reading import read_json
+    from calib.runners.tensorrt.inspect import MAX_ENGINE_JSON
 
     side = Path(str(engine) + ".json")
 
     def recorded():
         try:
-            return json.loads(side.read_text()).get("engine_sha256")
-        except (OSError, ValueError, AttributeError):
+            return read_json(side, MAX_ENGINE_JSON, "engine sidecar").get("engine_sha256")
+        except AttributeError:
             raise CalibError(f"{side}: not a readable engine sidecar") from None
 
     if recover_together([side, engine], lambda: recorded() in (None, sha256_file(engine))):

@@ -6,12 +6,13 @@ The engine is read from its inspector layers: an engine sidecar (<engine>.json, 
 engine file itself (its sidecar is read), or a JSON list of inspector layers."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import onnx
 
 from calib.errors import CalibError
+from calib.io.reading import read_json
+from calib.runners.tensorrt.inspect import MAX_ENGINE_JSON, check_layers
 
 FLOAT = ("fp16", "fp32")
 
@@ -24,16 +25,13 @@ def engine_layers(path) -> list[dict]:
     """The inspector layers recorded for an engine: from its sidecar, a sidecar itself, or a list of layers."""
     p = Path(path)
     side = p if p.suffix == ".json" else p.with_suffix(p.suffix + ".json")
-    if not side.is_file():
+    if not side.exists():
         raise CalibError(f"{p}: no engine sidecar {side.name} with the engine's layers (written by calib build)")
-    try:
-        data = json.loads(side.read_text())
-    except (OSError, ValueError) as exc:
-        raise CalibError(f"{side}: not a readable JSON file ({exc})") from None
+    data = read_json(side, MAX_ENGINE_JSON, "engine sidecar")
     layers = data.get("layers") if isinstance(data, dict) else data
-    if not isinstance(layers, list) or not all(isinstance(x, dict) and "fused" in x for x in layers):
+    if not isinstance(layers, list):
         raise CalibError(f"{side}: holds no engine inspector layers (a 'layers' list with 'fused' names)")
-    return layers
+    return check_layers(layers, str(side))
 
 
 def float_nodes(model: onnx.ModelProto, layers: list[dict], label: str = "engine") -> list[str]:

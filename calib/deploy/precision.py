@@ -19,7 +19,6 @@ Two sources:
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -162,19 +161,17 @@ def read_engine_layers(path: str | Path) -> list[dict]:
     """Engine layers from an engine's JSON sidecar ({"layers": [...]}, calib.runners.tensorrt.builder; an engine
     file is read through its sidecar), or from the inspector's own JSON ({"Layers": [...]}, detailed or names
     only)."""
-    from calib.runners.tensorrt.inspect import parse_layers
+    from calib.io.reading import read_json
+    from calib.runners.tensorrt.inspect import MAX_ENGINE_JSON, check_layers, parse_layers
 
     p = Path(path)
     if p.suffix != ".json" and Path(f"{p}.json").is_file():  # an engine file: its sidecar (calib build writes it)
         p = Path(f"{p}.json")
-    try:
-        data = json.loads(p.read_text(), strict=False)
-    except (OSError, ValueError) as exc:
-        raise CalibError(f"{p}: not a readable engine sidecar or inspector JSON ({exc})") from None
+    data = read_json(p, MAX_ENGINE_JSON, "engine sidecar or inspector JSON", strict=False)
     if isinstance(data, dict) and isinstance(data.get("layers"), list):
-        return data["layers"]
+        return check_layers(data["layers"], str(p))
     if isinstance(data, dict) and isinstance(data.get("Layers"), list) or isinstance(data, list):
-        return parse_layers(data)
+        return parse_layers(data, str(p))
     raise CalibError(f"{p}: no engine layers (expected 'layers' of an engine sidecar or 'Layers' of the "
                      "engine inspector)")
 

@@ -14,13 +14,13 @@ from __future__ import annotations
 import logging
 from dataclasses import replace
 
-import numpy as np
 import onnx
 
 from calib.deploy.precision import FP16, INT8, PrecisionModel, node_name
 from calib.quantize.placement import WEIGHTED
 from calib.quantize.opset import at_qdq_opset, mark_opset
-from calib.quantize.qdq import Exclusions, WeightPairs, _order, _pair, _set_kernel_shape, insert_qdq, quantizable_layers
+from calib.quantize.qdq import (Exclusions, WeightPairs, _order, _pair, _set_kernel_shape, activation_scale, insert_qdq,
+                                quantizable_layers)
 from calib.quantize.ties import Graph, tie_amax
 
 log = logging.getLogger(__name__)
@@ -77,9 +77,11 @@ def implicit_qdq(model: onnx.ModelProto, amax: dict, pm: PrecisionModel) -> onnx
             if t not in amax:
                 missing.add(t)
                 continue
+            scale = activation_scale(float(amax[t]))
+            if scale is None:  # zero on every calibration batch: no scale, the tensor stays float
+                continue
             key = ("a", t)
             if key not in done:
-                scale = np.array(max(float(amax[t]), 1e-12) / 127.0, np.float32)
                 done[key] = _pair(t, f"{t}_engine", scale, None, new_nodes, new_inits)
             rewires.append((i, k, done[key], None))
     for i, k, new, shape in rewires:

@@ -9,6 +9,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from calib.io.reading import printable, read_bytes  # noqa: F401 (printable: re-exported)
+
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
     """Write `data` to a temporary file beside `path`, then rename it into place."""
@@ -39,20 +41,8 @@ def atomic_write_json(path: str | os.PathLike, obj: Any) -> Path:
 
 
 def read_bounded(path: str | os.PathLike, limit: int, what: str = "file") -> bytes:
-    """The bytes of `path`, refusing more than `limit` (a device such as /dev/zero, a wrong file)."""
-    from calib.errors import CalibError
-
-    with open(path, "rb") as fh:
-        data = fh.read(limit + 1)
-    if len(data) > limit:
-        raise CalibError(f"{printable(path)}: larger than {limit >> 20} MiB, not a {what}")
-    return data
-
-
-def printable(name) -> str:
-    """A file name as text that can be printed and written anywhere: undecodable bytes become \\xNN."""
-    raw = os.fsencode(name) if isinstance(name, (str, bytes, os.PathLike)) else str(name).encode()
-    return raw.decode("utf-8", "backslashreplace")
+    """The bytes of `path`, a regular file of at most `limit` bytes (calib.io.reading.read_bytes)."""
+    return read_bytes(path, limit, what)
 
 
 def calib_home() -> Path:

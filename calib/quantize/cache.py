@@ -7,7 +7,6 @@ amax / 127 with 1 to 7 digits would be a subnormal float, so anything but 8 digi
 """
 from __future__ import annotations
 
-import json
 import math
 import re
 import struct
@@ -16,8 +15,9 @@ from pathlib import Path
 
 import numpy as np
 
-from calib.errors import CacheError, CalibError
-from calib.io.files import atomic_write_json, atomic_write_text, read_bounded
+from calib.errors import CacheError
+from calib.io.files import atomic_write_json, atomic_write_text
+from calib.io.reading import read_bytes, read_json
 
 CARRIERS = ("EntropyCalibration2", "EntropyCalibration", "MinMaxCalibration", "LegacyCalibration")
 DEFAULT_CARRIER = "EntropyCalibration2"
@@ -25,6 +25,19 @@ NATIVE_CARRIER = {"entropy": "EntropyCalibration2", "minmax": "MinMaxCalibration
 _HEADER = re.compile(r"^TRT-(\d+)-([A-Za-z0-9]+)$")
 _LINE = re.compile(r"^(.+): ([0-9a-fA-F]{8}|0)$")
 _TRT_INTERNAL = re.compile(r"^\(Unnamed Layer\* \d+\) \[.+\]_output$")
+
+
+LINE_BREAKS = "\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029"  # every character str.splitlines() breaks on
+
+
+def check_tensor_names(names, label: str) -> None:
+    """A cache holds one `name: scale` line per tensor: a name holding a line break (newline, NEL, U+2028, ...)
+    would be read as other lines, by TensorRT and by calib; such a tensor is a CacheError naming it."""
+    for name in names:
+        bad = next((c for c in name if c in LINE_BREAKS), None)
+        if bad is not None:
+            raise CacheError(f"{label}: tensor {ascii(name)} holds a line break (U+{ord(bad):04X}), which would split "
+                             "its calibration cache line: rename the tensor in the model")
 
 
 def scale_to_hex(scale: float) -> str:
@@ -69,6 +82,7 @@ def format_cache(amaxes: dict, version: str = "8600", carrier: str = DEFAULT_CAR
     if carrier not in CARRIERS:
         raise CacheError(f"unknown cache header algorithm '{carrier}' (choose from {', '.join(CARRIERS)})")
     lines = [f"TRT-{version}-{carrier}"]
+    check_tensor_names(amaxes, "calibration cache")
     for name, amax in amaxes.items():
         if not math.isfinite(amax) or amax < 0:
             raise CacheError(f"tensor '{name}': amax {amax} is not a finite non-negative number")
@@ -111,14 +125,7 @@ MAX_BYTES = 64 << 20  # a cache or sidecar larger than this is not one (reads ar
 
 def read_cache(path: str | Path) -> CalibrationCache:
     path = Path(path)
-    if path.is_dir():
-        raise CacheError(f"{path}: is a folder, not a calibration cache")
-    try:
-        raw = read_bounded(path, MAX_BYTES, "calibration cache")
-    except FileNotFoundError:
-        raise CacheError(f"{path}: cache file not found") from None
-    except OSError as exc:
-        raise CacheError(f"{path}: cannot read cache ({exc.strerror})") from None
+    raw = read_bytes(path, MAX_BYTES, "calibration cache", CacheError)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
@@ -197,14 +204,7 @@ def read_sidecar(cache_path: str | Path) -> dict | None:
     p = sidecar_path(cache_path)
     if not p.exists():
         return None
-    if p.is_dir():
-        raise CacheError(f"{p}: sidecar is a folder")
-    try:
-        data = json.loads(read_bounded(p, MAX_BYTES, "sidecar"))
-    except CalibError as exc:
-        raise CacheError(str(exc)) from None
-    except (OSError, ValueError) as exc:
-        raise CacheError(f"{p}: sidecar is not valid JSON ({exc})") from None
+    data = read_json(p, MAX_BYTES, "sidecar", CacheError)
     if not isinstance(data, dict):
         raise CacheError(f"{p}: sidecar is not a JSON object (got {type(data).__name__})")
     for key in ("algorithm", "amax", "model_sha256"):

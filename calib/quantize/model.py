@@ -41,6 +41,18 @@ def load_model(path: str | Path) -> onnx.ModelProto:
     return model
 
 
+QDQ_OPS = ("QuantizeLinear", "DequantizeLinear")
+
+
+def check_fp32(model: onnx.ModelProto, label, allow_qdq: bool = False, hint: str = "--allow-qdq") -> None:
+    """Refuse a model that holds Q/DQ nodes already where an FP32 model is to be quantized (it would be quantized a
+    second time without a word), unless the user says so (`hint`: the flag or recipe key that does)."""
+    n = sum(1 for node in model.graph.node if node.op_type in QDQ_OPS)
+    if n and not allow_qdq:
+        raise ModelError(f"{label}: holds {n} QuantizeLinear/DequantizeLinear nodes already (a Q/DQ model, not an "
+                         f"FP32 one): give the FP32 model, or {hint} to quantize it again")
+
+
 def _dims(value_info) -> tuple:
     shape = value_info.type.tensor_type.shape
     return tuple(d.dim_value if d.HasField("dim_value") else None for d in shape.dim)

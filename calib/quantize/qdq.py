@@ -89,10 +89,18 @@ def _pair(name: str, tag: str, scale: np.ndarray, axis: int | None, nodes: list,
     return f"{tag}_dequantized"
 
 
+def activation_scale(amax: float) -> np.ndarray | None:
+    """The float32 scale amax / 127 of an activation; None where it is zero (a tensor zero on every calibration
+    batch, or an amax so small that the scale underflows): that tensor stays float, no zero scale is written."""
+    scale = np.array(amax / 127.0, np.float32)
+    return scale if scale > 0 else None
+
+
 def weight_scales(w: np.ndarray, axis: int) -> np.ndarray:
     red = tuple(i for i in range(w.ndim) if i != axis)
     amax = np.abs(w).max(axis=red) if red else np.abs(w)
-    return np.where(amax > 0, amax / 127.0, 1.0).astype(np.float32)
+    scale = (amax / 127.0).astype(np.float32)
+    return np.where(scale > 0, scale, 1.0).astype(np.float32)
 
 
 class WeightPairs:
@@ -133,8 +141,7 @@ class WeightPairs:
                 src = f"{tensor}_folded"
                 if not self.int8 and not any(t.name == src for t in self.inits):
                     self.inits.append(numpy_helper.from_array(w, src))
-            scale = weight_scales(w, axis) if axis is not None else np.array(
-                max(float(np.abs(w).max()), 1e-12) / 127.0, np.float32)
+            scale = weight_scales(w, axis) if axis is not None else weight_scales(w.reshape(1, -1), 0).reshape(())
             self._done[key] = _pair(src, tag, scale, axis, self.nodes, self.inits, weight=w if self.int8 else None)
         return self._done[key], tuple(w.shape)
 
@@ -172,7 +179,7 @@ def insert_qdq(model: onnx.ModelProto, amax: dict, exclude: Exclusions = Exclusi
     new_inits: list = []
     done: dict[tuple, str] = {}  # (tensor, scale source) -> dequantized name
     rewires = []
-    missing = set()
+    missing, zero = set(), set()
     for site in place(m, exclude.excludes, stem_output=stem_output):
         if not (weights if site.kind == "weight" else activations):
             continue
@@ -190,7 +197,10 @@ def insert_qdq(model: onnx.ModelProto, amax: dict, exclude: Exclusions = Exclusi
                 continue
             a = max(float(amax[t]) for t in src)
             tag = site.tensor if src == (site.tensor,) else f"{site.tensor}_as_{src[0]}"
-            scale = np.array(max(a, 1e-12) / 127.0, np.float32)
+            scale = activation_scale(a)
+            if scale is None:  # zero on every calibration batch (TensorRT's cache line `name: 0`)
+                zero.add(site.tensor)
+                continue
             done[key] = _pair(site.tensor, tag, scale, None, new_nodes, new_inits)
         rewires.append((site, done[key], None))
     for site, new, shape in rewires:
@@ -200,6 +210,9 @@ def insert_qdq(model: onnx.ModelProto, amax: dict, exclude: Exclusions = Exclusi
             _set_kernel_shape(node, shape)
     if missing:
         log.warning("no scale for %d tensors, left in float: %s", len(missing), ", ".join(sorted(missing)[:5]))
+    if zero:
+        log.warning("amax 0 (zero on every calibration batch) for %d tensors, left in float: %s", len(zero),
+                    ", ".join(sorted(zero)[:5]))
     for t, why in pairs.unfolded.items():
         log.warning("weight %s left in float: %s", t, why)
     _order(g, new_nodes + pairs.nodes)

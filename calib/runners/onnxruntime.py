@@ -12,7 +12,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
-from calib.errors import DataError, ModelError
+from calib.errors import DataError, ModelError, joined
 from calib.quantize.model import load_model, output_names, with_outputs
 
 log = logging.getLogger(__name__)
@@ -85,7 +85,7 @@ class OrtRunner:
             return ort.InferenceSession(proto.SerializeToString(), so or self._options(optimize),
                                         providers=["CPUExecutionProvider"])
         except Exception as exc:
-            raise ModelError(f"{self.label}: ONNX Runtime cannot load the model ({exc})") from None
+            raise ModelError(f"{self.label}: ONNX Runtime cannot load the model ({joined(exc)})") from None
 
     def _blocked(self, proto: onnx.ModelProto, expose: list[str], model_sha256: str | None):
         """The model with `expose` as outputs as ONNX Runtime optimizes it, its outputs taken before the layout
@@ -154,6 +154,5 @@ class OrtRunner:
         try:
             values = self.session.run([self._rename.get(n, n) for n in names], feed, _shrink() if release else None)
         except Exception as exc:
-            first = str(exc).splitlines()[0] if str(exc) else exc.__class__.__name__
-            raise DataError(f"{self.label}: inference failed: {first}") from None
+            raise DataError(f"{self.label}: inference failed: {joined(exc) or exc.__class__.__name__}") from None
         return dict(zip(names, values))

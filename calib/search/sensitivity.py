@@ -178,7 +178,8 @@ def _sensitivity(recipe: Recipe, stage: Path, out: Path) -> None:
     algos = list(dict.fromkeys([spec.algorithm, *spec.per_tensor]))
     info, stats, samples, calib_fp = collect(model_path, csrc, label=recipe.calibration_data.path, info=info,
                                              skip_nonfinite=recipe.calibration_data.skip_nonfinite,
-                                             tensorrt_grid=needs_tensorrt_grid(algos))
+                                             tensorrt_grid=needs_tensorrt_grid(algos),
+                                             allow_qdq=recipe.calibration.allow_qdq)
     amaxes, _, _ = compute_all(stats, info.activations, algos,
                                {"percentile": {"percentile": recipe.calibration.percentile}}, model=model_path)
     amax = amaxes[spec.algorithm]

@@ -19,6 +19,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from calib.errors import ModelError
+from calib.io.reading import read_json
 
 _DTYPES = {"F32": np.float32, "F16": np.float16, "I64": np.int64, "I32": np.int32, "BF16": None}
 
@@ -159,4 +160,4 @@ def export(folder: str | Path, seq_len: int = 128) -> onnx.ModelProto:
     cfg = folder / "config.json"
     if not cfg.is_file():
         raise ModelError(f"{folder}: no config.json")
-    return bert_to_onnx(read_safetensors(folder / "model.safetensors"), json.loads(cfg.read_text()), seq_len)
+    return bert_to_onnx(read_safetensors(folder / "model.safetensors"), read_json(cfg, 16 << 20, "config.json", ModelError), seq_len)

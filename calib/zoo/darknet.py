@@ -14,11 +14,12 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from calib.errors import ModelError
+from calib.io.reading import read_text
 
 
 def parse_cfg(path: str | Path) -> list[dict]:
     sections: list[dict] = []
-    for no, raw in enumerate(Path(path).read_text().splitlines(), start=1):
+    for no, raw in enumerate(read_text(path, 16 << 20, "Darknet cfg", ModelError).splitlines(), start=1):
         line = raw.split("#", 1)[0].strip()
         if not line:
             continue

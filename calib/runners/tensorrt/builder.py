@@ -15,6 +15,7 @@ import onnx
 
 from calib.errors import CalibError, ModelError
 from calib.io.files import atomic_write_bytes, replace_together, sha256_file
+from calib.io.reading import read_text
 from calib.io.nvtx import nvtx_range
 from calib.runners.tensorrt import compat, profiles as shape_profiles
 from calib.runners.tensorrt.inspect import inspector_layers, summary
@@ -23,6 +24,7 @@ from calib.version import __version__
 log = logging.getLogger(__name__)
 PRECISIONS = ("fp32", "fp16", "int8")
 LAYER_PRECISIONS = ("fp32", "fp16", "int8")
+MAX_LAYER_PRECISIONS = 16 << 20  # a layer precisions file larger than this is not one
 TACTICS_ENV = "CALIB_TRT_TACTIC_SOURCES"  # e.g. EDGE_MASK_CONVOLUTIONS,JIT_CONVOLUTIONS where cuBLAS/cuDNN are absent
 
 
@@ -61,10 +63,7 @@ def parse_layer_precisions(items) -> list[tuple[str, str]]:
 def read_layer_precisions(path: str | Path) -> list[str]:
     """Lines of a layer_precisions.txt (as `calib sensitivity` writes it); blank lines and # comments skipped."""
     p = Path(path)
-    try:
-        lines = p.read_text().splitlines()
-    except OSError as exc:
-        raise CalibError(f"{p}: cannot read layer precisions ({exc.strerror})") from None
+    lines = read_text(p, MAX_LAYER_PRECISIONS, "layer precisions file").splitlines()
     return [ln.strip() for ln in lines if ln.strip() and not ln.lstrip().startswith("#")]
 
 

@@ -10,6 +10,9 @@ from __future__ import annotations
 import json
 import re
 
+from calib.errors import CalibError
+
+MAX_ENGINE_JSON = 256 << 20  # an engine sidecar or inspector JSON larger than this is not one
 _ORDER = {"int8": 0, "fp8": 0, "fp16": 1, "bf16": 1, "tf32": 2, "fp32": 2}
 
 
@@ -42,12 +45,39 @@ def layer_precision(layer: dict) -> str:
     return min(pool, key=_ORDER.__getitem__) if pool else "fp32"
 
 
-def parse_layers(info: str | dict | list) -> list[dict]:
+def check_layers(layers, where: str) -> list[dict]:
+    """`layers` as calib records them ([{name, precision, fused: [names]}, ...]), checked field by field; a wrong
+    type is a CalibError naming `where` and the layer."""
+    if not isinstance(layers, list):
+        raise CalibError(f"{where}: engine layers must be a list, got {type(layers).__name__}")
+    for k, layer in enumerate(layers):
+        if not isinstance(layer, dict):
+            raise CalibError(f"{where}: engine layer {k} must be an object, got {type(layer).__name__}")
+        fused = layer.get("fused")
+        if not isinstance(fused, list) or not all(isinstance(f, str) for f in fused):
+            raise CalibError(f"{where}: engine layer {k}: 'fused' must be a list of layer names, got {fused!r:.60}")
+        if not isinstance(layer.get("name", ""), str):
+            raise CalibError(f"{where}: engine layer {k}: 'name' must be a string, got {layer['name']!r:.60}")
+        prec = layer.get("precision")
+        if prec not in _ORDER and prec != "?":
+            raise CalibError(f"{where}: engine layer {k}: 'precision' must be one of {', '.join(_ORDER)} or '?', "
+                             f"got {prec!r:.60}")
+        layer.setdefault("name", " + ".join(fused))
+    return layers
+
+
+def parse_layers(info: str | dict | list, where: str = "engine inspector") -> list[dict]:
     """Inspector output (JSON text or parsed) -> [{name, type, precision, tactic, fused}] in engine order."""
     data = json.loads(info, strict=False) if isinstance(info, str) else info  # TensorRT leaves raw newlines in strings
     layers = data.get("Layers", []) if isinstance(data, dict) else data
+    if not isinstance(layers, list):
+        raise CalibError(f"{where}: 'Layers' must be a list, got {type(layers).__name__}")
     out = []
-    for layer in layers:
+    for k, layer in enumerate(layers):
+        if not isinstance(layer, (str, dict)) or not isinstance(layer.get("Name", "") if isinstance(layer, dict)
+                                                                else layer, str):
+            raise CalibError(f"{where}: inspector layer {k} must be a name or an object with a string 'Name', "
+                             f"got {layer!r:.60}")
         if isinstance(layer, str):  # LAYER_NAMES_ONLY verbosity: names, nothing else
             out.append({"name": layer, "type": "?", "precision": "?", "tactic": "", "fused": split_fused(layer)})
             continue
