@@ -48,3 +48,13 @@ def require(module: str, extra: str):
         return importlib.import_module(module)
     except ImportError as exc:
         raise MissingExtraError(f"{module} is not installed: {install_hint(extra)} ({exc})") from None
+
+
+def called(key: str, names=None) -> str:
+    """What the user calls option `key` (a recipe key such as 'preprocess.resize'): the command-line flag where
+    `names` (key -> flag, given by the command line) maps it, else the key itself."""
+    return (names or {}).get(key, key)
+
+
+class BudgetError(CalibError):
+    """The memory budget cannot hold what a command must keep at once (said before any work)."""

@@ -68,9 +68,13 @@ class Simulator:
     tensors into its Comparison before the next runs; only the graph outputs are kept for the task metrics."""
 
     def __init__(self, model_path, info: ModelInfo, configs: dict, exclude: dict | None = None,
-                 layerwise: bool = True, micro_batch: int = 2, precision: dict | None = None):
+                 layerwise: bool = True, micro_batch: int = 2, precision: dict | None = None,
+                 fixed: int | None = None):
+        """fixed: the model's fixed batch: every run holds exactly that many samples (batches come in multiples
+        of it, calib.data.rebatch)."""
         self.info = info
-        self.micro_batch = max(1, micro_batch)
+        self.fixed = fixed
+        self.micro_batch = fixed or max(1, micro_batch)
         proto = onnx.load(str(model_path))
         expose = list(info.activations) if layerwise else []
         self.outputs = list(info.outputs)
@@ -100,7 +104,8 @@ class Simulator:
         """Fold `batch` into `comps` (name -> Comparison); returns the graph outputs of FP32 and of each
         configuration on the whole batch (with keep_reference, FP32's every exposed tensor as well)."""
         n = int(next(iter(batch.values())).shape[0])
-        step = n if len(self.names) == len(self.outputs) or keep_reference else self.micro_batch
+        whole = (len(self.names) == len(self.outputs) or keep_reference) and not self.fixed
+        step = n if whole else self.micro_batch
         ref_parts, test_parts = [], {name: [] for name in self.tests}
         for lo in range(0, n, step):
             part = {k: v[lo:lo + step] for k, v in batch.items()}

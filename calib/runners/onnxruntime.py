@@ -30,6 +30,14 @@ def _register_lean_arena() -> None:
         log.debug("lean arena not registered: %s", exc)
 
 
+def whole(exc: BaseException, limit: int = 2000) -> str:
+    """ONNX Runtime's message on one line, every line of it kept (the one naming the input and the dimension
+    comes after the first): lines joined with ' | ', cut only past `limit` characters."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    text = " | ".join(lines) or exc.__class__.__name__
+    return text if len(text) <= limit else text[:limit] + " ..."
+
+
 def _shrink() -> ort.RunOptions:
     ro = ort.RunOptions()
     ro.add_run_config_entry("memory.enable_memory_arena_shrinkage", "cpu:0")
@@ -85,7 +93,7 @@ class OrtRunner:
             return ort.InferenceSession(proto.SerializeToString(), so or self._options(optimize),
                                         providers=["CPUExecutionProvider"])
         except Exception as exc:
-            raise ModelError(f"{self.label}: ONNX Runtime cannot load the model ({exc})") from None
+            raise ModelError(f"{self.label}: ONNX Runtime cannot load the model ({whole(exc)})") from None
 
     def _blocked(self, proto: onnx.ModelProto, expose: list[str], model_sha256: str | None):
         """The model with `expose` as outputs as ONNX Runtime optimizes it, its outputs taken before the layout
@@ -154,6 +162,5 @@ class OrtRunner:
         try:
             values = self.session.run([self._rename.get(n, n) for n in names], feed, _shrink() if release else None)
         except Exception as exc:
-            first = str(exc).splitlines()[0] if str(exc) else exc.__class__.__name__
-            raise DataError(f"{self.label}: inference failed: {first}") from None
+            raise DataError(f"{self.label}: inference failed: {whole(exc)}") from None
         return dict(zip(names, values))
