@@ -43,15 +43,15 @@ def held_now() -> int:
 
 
 def run_samples(budget: Budget, cost: Cost, sample_bytes: int, weights: int, input_bytes: int, batch: int,
-                what: str, fixed: int | None = None, sessions: int = 1) -> int:
+                what: str, fixed: int | None = None, sessions: int = 1, now: int | None = None) -> int:
     """Samples per run within `budget`: `sample_bytes` of activations and `input_bytes` of input per sample, data
     read `batch` samples at a time, `weights` bytes of weights in each of `sessions` sessions. With `fixed` (a
     model's fixed batch) every run holds exactly that many: the budget must hold one such run. A budget too small
-    is a BudgetError, raised before any work."""
-    held = held_now() + int(cost.per_weight * weights * sessions) + READ_AHEAD * batch * input_bytes + cost.overhead
+    is a BudgetError, raised before any work. `now`: what the process holds already (default: its RSS now)."""
+    held = (held_now() if now is None else now) + int(cost.per_weight * weights * sessions) + READ_AHEAD * batch * input_bytes + cost.overhead
     per = int(cost.per_activation * sample_bytes)
     if fixed:
-        budget.samples(held, per * fixed, f"{what} (a run of the model's fixed batch of {fixed})")
+        budget.samples(held, per * fixed, what if fixed == 1 else f"{what} (a run of the fixed batch of {fixed})")
         return fixed
     n = budget.samples(held, per, what)
     log.info("%s: runs of up to %d samples within %s (%s of activations per sample, %s held)", what, n,
