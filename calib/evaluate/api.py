@@ -96,7 +96,8 @@ def evaluate(model, caches: dict, source, task: str = "outputs", detection: Dete
             gs = [group_of(s, n + j) for j, s in enumerate(samples)]
             groups += gs
             labelled_groups += [g for s, g in zip(samples, gs) if _labelled(s)]
-            ref, tests = sim.compare(batch, comps, keep_reference=bool(perturbed))
+            ref, tests = sim.compare(batch, comps, keep_reference=bool(perturbed),
+                                     keep_outputs=bool(engines) or task != "outputs")
             for name, runner in engines.items():
                 tests[name] = runner.run(batch, None if name in perturbed else list(info.outputs))
                 comps[name].update(ref, tests[name])
