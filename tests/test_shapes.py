@@ -120,3 +120,18 @@ def test_evaluate_api_on_a_fixed_batch_leaves_out_the_remainder(tmp_path, caplog
     out = evaluate(model, {"minmax": res.amax["minmax"]}, x, batch_size=3)
     assert out["samples"] == 8
     assert "left out" in caplog.text and "evaluation_data.limit" in caplog.text
+
+
+def test_a_recipe_fixes_the_input_shape_and_its_images_follow(tmp_path):
+    model = conv_net(tmp_path / "dyn.onnx", ["N", 3, "H", "W"])
+    imgs = image_folder(tmp_path / "imgs", [(30, 40), (50, 20), (24, 24), (33, 31)])
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(f"model: {model}\ncalibration_data: {{kind: folder, path: {imgs}}}\n"
+                      f"calibration: {{algorithms: [minmax]}}\ninput_shapes: {{images: 2x3x16x20}}\n"
+                      f"output: {tmp_path / 'run'}\n")
+    r = invoke("--quiet", "run", recipe)
+    assert r.exit_code == 0, r.output
+    assert json.loads((tmp_path / "run" / "report.json").read_text())["evaluation"]["samples"] == 4
+    recipe.write_text(recipe.read_text().replace("images: 2x3x16x20", "img: 2x3x16x20"))
+    r = invoke("--quiet", "run", recipe)
+    assert r.exit_code == 2 and "r.yaml: input_shapes img=2x3x16x20: the model has no input 'img'" in r.output
