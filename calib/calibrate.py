@@ -333,8 +333,8 @@ def calibrate(model: str | Path, data, algorithms=ALL_ALGORITHMS, params: dict |
     equalization first: the caches are then for OUT/<model>.equalized.onnx (written too; needs `out`).
     give_back: the pass's memory returned to the system at its end (calib.calibrate.collect).
     input_shapes: input -> dims fixing dynamic dimensions (like trtexec's --shapes); memory_budget: the peak the
-    pass keeps within (default 2 GB; micro_batch overrides its plan); option_names: recipe key -> the flag the user typed,
-    for the messages."""
+    pass keeps within (default 2 GB; micro_batch overrides its plan); option_names: recipe key -> the flag the user
+    typed, for the messages."""
     algorithms = [algorithms] if isinstance(algorithms, str) else list(algorithms)
     if not algorithms:
         raise CalibError("no calibration algorithm given")

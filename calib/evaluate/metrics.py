@@ -19,7 +19,7 @@ class TensorStats:
     test_sq: float = 0.0
     maxabs: float = 0.0
     count: int = 0
-    rows: list = field(default_factory=list)  # with per_row: arrays [samples, 4] of sum r^2, sum (r-t)^2, sum r*t, sum t^2
+    rows: list = field(default_factory=list)  # per_row: arrays [samples, 4]: sum r^2, sum (r-t)^2, sum r*t, sum t^2
 
     def update(self, ref: np.ndarray, test: np.ndarray, per_row: bool = False) -> None:
         """Fold a pair of tensors in; with `per_row`, axis 0 is the samples and each one's sums are kept too

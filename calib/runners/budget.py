@@ -50,7 +50,8 @@ def run_samples(budget: Budget, cost: Cost, sample_bytes: int, weights: int, inp
     read `batch` samples at a time, `weights` bytes of weights in each of `sessions` sessions. With `fixed` (a
     model's fixed batch) every run holds exactly that many: the budget must hold one such run. A budget too small
     is a BudgetError, raised before any work. `now`: what the process holds already (default: its RSS now)."""
-    held = (held_now() if now is None else now) + int(cost.per_weight * weights * sessions) + READ_AHEAD * batch * input_bytes + cost.overhead
+    held = (held_now() if now is None else now) + int(cost.per_weight * weights * sessions)
+    held += READ_AHEAD * batch * input_bytes + cost.overhead
     per = int(cost.per_activation * sample_bytes)
     if fixed:
         budget.samples(held, per * fixed, what if fixed == 1 else f"{what} (a run of the fixed batch of {fixed})")
