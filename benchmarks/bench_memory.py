@@ -1,12 +1,17 @@
 """Peak memory of whole `calib` commands, against the calibration pass's, each in its own process.
 
-    python benchmarks/bench_memory.py [--evaluate-sizes 16,32,64]
+    python benchmarks/bench_memory.py [--evaluate-sizes 16,32,64] [--skip-hires]
 
 YOLOv3-tiny (the default recipe's model) on the default recipe's photo crops. Each job is one `calib` command run
 in a fresh interpreter (imports, model loading, everything); its peak RSS is the process's own high-water mark
 (getrusage RUSAGE_SELF, read in the worker after the command, which equals VmHWM). Printed as ratios to the peak
 of the calibration pass alone (`calib calibrate`, four algorithms, the recipe's 32 calibration crops), so that
 machines compare. `calib evaluate` runs with four caches at several evaluation sizes: flat means bounded.
+
+Then a high-resolution model against the memory budget: a synthetic detector-like conv net at 736x736 (a stride-1
+stem, two downsamplings, an upsampling and a concat: 323 MB of float activations per sample), calibrated at
+--batch-size 1, 8 and 32 and evaluated with four caches under the default budget (2 GB), each peak printed as a
+ratio to the budget; one row with a budget large enough for whole batches shows what the budget saves.
 """
 from __future__ import annotations
 
@@ -24,6 +29,7 @@ sys.path.insert(0, str(ROOT))  # this checkout's calib, whatever is installed
 CROPS = ROOT / "datasets" / "photos_crops"
 ALGOS = ("minmax", "entropy", "percentile", "mse")
 LIMIT_GB = 1.5
+BUDGET_GB = 2.0  # calib's default --memory-budget
 
 
 def worker(argv: list[str]) -> dict:
@@ -48,14 +54,87 @@ def run(name: str, argv: list[str]) -> dict:
     return {"job": name, **json.loads(r.stdout.strip().splitlines()[-1])}
 
 
+def hires_model(path: Path, size: int = 736, width: int = 16) -> Path:
+    """A detector-like conv net at size x size (dynamic batch), with random weights."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    nodes, inits = [], []
+
+    def conv(x, cin, cout, stride, name, relu=True):
+        w = rng.normal(0, (2 / (9 * cin)) ** 0.5, (cout, cin, 3, 3)).astype(np.float32)
+        inits.extend([numpy_helper.from_array(w, name + "_w"),
+                      numpy_helper.from_array(np.zeros(cout, np.float32), name + "_b")])
+        nodes.append(helper.make_node("Conv", [x, name + "_w", name + "_b"], [name], name=name, pads=[1, 1, 1, 1],
+                                      strides=[stride, stride]))
+        if not relu:
+            return name
+        nodes.append(helper.make_node("Relu", [name], [name + "_relu"], name=name + "_relu"))
+        return name + "_relu"
+
+    w = width
+    x = conv("images", 3, w, 1, "stem")
+    x = conv(x, w, 2 * w, 2, "down1")
+    a = conv(conv(x, 2 * w, 2 * w, 1, "c1"), 2 * w, 2 * w, 1, "c2")
+    y = conv(conv(a, 2 * w, 4 * w, 2, "down2"), 4 * w, 4 * w, 1, "c3")
+    inits.append(numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "up_scales"))
+    nodes.append(helper.make_node("Resize", [y, "", "up_scales"], ["up"], name="up", mode="nearest"))
+    nodes.append(helper.make_node("Concat", ["up", a], ["cat"], name="cat", axis=1))
+    out = conv(conv("cat", 6 * w, 2 * w, 1, "c4"), 2 * w, 6, 1, "head", relu=False)
+    g = helper.make_graph(nodes, "hires", [helper.make_tensor_value_info("images", TensorProto.FLOAT,
+                                                                         ["N", 3, size, size])],
+                          [helper.make_tensor_value_info(out, TensorProto.FLOAT, None)], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    onnx.save(m, str(path))
+    return path
+
+
+def hires_rows(tmp: Path) -> list[dict]:
+    model = str(hires_model(tmp / "hires736.onnx"))
+    data = ["--data", str(CROPS), "--limit", "32", "--letterbox"]
+    caches = tmp / "hires-caches"
+    rows = []
+    for b in (1, 8, 32):
+        out = caches if b == 8 else tmp / f"hires-b{b}"
+        rows.append(run(f"calibrate 736, batch {b}", ["calibrate", model, *data, "--batch-size", str(b), "--algo",
+                                                      ",".join(ALGOS), "-o", str(out)]))
+    rows.append(run("calibrate 736, batch 8, 64GB", ["calibrate", model, *data, "--batch-size", "8", "--algo",
+                                                     ",".join(ALGOS), "--memory-budget", "64GB",
+                                                     "-o", str(tmp / "hires-roomy")]))
+    rows.append(run("evaluate 736, 4 caches, 16", [
+        "evaluate", model, *[x for al in ALGOS for x in ("--cache", str(caches / f"{al}.cache"))],
+        "--data", str(CROPS), "--limit", "16", "--offset", "32", "--letterbox", "-o", str(tmp / "hires-eval")]))
+    return rows
+
+
+def print_hires(rows: list[dict]) -> None:
+    print(f"\n736x736 conv net (323 MB of activations per sample), against the default budget of {BUDGET_GB:g} GB")
+    print(f"{'job':28s} {'seconds':>8s} {'peak RSS MB':>12s} {'x budget':>9s}")
+    for r in rows:
+        if "error" in r:
+            print(f"{r['job']:28s} failed: {r['error']}")
+            continue
+        ratio = r["peak_rss_mb"] / (BUDGET_GB * 1024)
+        print(f"{r['job']:28s} {r['seconds']:8.1f} {r['peak_rss_mb']:12.0f} {ratio:9.2f}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--worker")
     ap.add_argument("--evaluate-sizes", default="16,32", help="evaluation images for `calib evaluate` (<= 32)")
     ap.add_argument("--skip-run", action="store_true", help="leave out `calib run recipes/yolo.yaml`")
+    ap.add_argument("--skip-hires", action="store_true", help="leave out the 736x736 model against the budget")
+    ap.add_argument("--only-hires", action="store_true", help="only the 736x736 model against the budget")
     a = ap.parse_args()
     if a.worker:
         print(json.dumps(worker(json.loads(a.worker))))
+        return
+    if a.only_hires:
+        with tempfile.TemporaryDirectory(prefix="calib-bench-") as tmp:
+            print_hires(hires_rows(Path(tmp)))
         return
     from calib.zoo import fetch
 
@@ -73,6 +152,7 @@ def main() -> None:
                 "evaluate", model, *[x for al in ALGOS for x in ("--cache", str(caches / f"{al}.cache"))],
                 "--data", str(CROPS), "--limit", str(n), "--offset", "32", *pre, "--task", "detection",
                 "--batch-size", "4", "-o", str(Path(tmp) / f"eval{n}")]))
+        hires = [] if a.skip_hires else hires_rows(Path(tmp))
     base = rows[0]
     print("YOLOv3-tiny, default recipe's crops; peak RSS of each whole command (own process), against the pass")
     print(f"{'job':28s} {'seconds':>8s} {'peak RSS MB':>12s} {'x pass':>7s}")
@@ -83,6 +163,8 @@ def main() -> None:
         ratio = r["peak_rss_mb"] / base["peak_rss_mb"] if "error" not in base else float("nan")
         flag = "" if r["peak_rss_mb"] <= LIMIT_GB * 1024 else f"  over {LIMIT_GB} GB"
         print(f"{r['job']:28s} {r['seconds']:8.1f} {r['peak_rss_mb']:12.0f} {ratio:7.2f}{flag}")
+    if hires:
+        print_hires(hires)
 
 
 if __name__ == "__main__":

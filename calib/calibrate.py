@@ -15,15 +15,17 @@ from onnx import TensorProto
 from calib.algorithms import registry
 from calib.data.arrays import as_source
 from calib.data.prefetch import prefetch
-from calib.errors import CalibError, DataError
+from calib.data.rebatch import FixedBatches, rows
+from calib.errors import CalibError, DataError, called
 from calib.io.fingerprint import fingerprint_update  # noqa: F401  (re-exported)
-from calib.io.memory import release
+from calib.io.memory import Budget, release
 from calib.io.nvtx import nvtx_range
 from calib.io.progress import bar
 from calib.io.publish import publish
 from calib.quantize import cache as cachefmt
 from calib.quantize.model import ModelInfo, check_fp32, inspect_model, load_model, relu_bounds
 from calib.quantize.opset import check_convertible
+from calib.quantize.shapes import dims_text, fix_input_shapes, fixed_batch
 from calib.quantize.ties import file_tie_sources, tie_amax, tie_sources
 from calib.stats import warmup
 from calib.stats.histogram import DEFAULT_BINS, HistogramCollector
@@ -46,8 +48,9 @@ def check_batch(batch: dict, info: ModelInfo, label: str) -> None:
         want = _NP_OF.get(et)
         if want is not None and x.dtype != want:
             raise DataError(f"{label}: input '{name}' is {x.dtype}, the model wants {np.dtype(want).name}")
-        if len(shape) != x.ndim or any(d is not None and d != s for d, s in zip(shape, x.shape)):
-            dims = ["?" if d is None else d for d in shape]
+        # the batch dimension is not checked: runs follow the model's fixed batch (calib.data.rebatch)
+        if len(shape) != x.ndim or any(d is not None and d > 0 and d != s for d, s in zip(shape[1:], x.shape[1:])):
+            dims = ["?" if d is None or d <= 0 else d for d in shape]
             raise DataError(f"{label}: input '{name}' has shape {list(x.shape)}, the model wants {dims}")
 
 
@@ -132,15 +135,21 @@ def finite_samples(batch: dict, inputs, source, seen: int, label: str, skip: boo
     return {k: v[keep] for k, v in batch.items()}
 
 
-def collect(model_path: str | Path, source, micro_batch: int = 8, nbins: int = DEFAULT_BINS,
+def collect(model_path: str | Path, source, micro_batch: int | None = None, nbins: int = DEFAULT_BINS,
             label: str = "calibration data", info: ModelInfo | None = None, derive: bool = True,
             blocked: bool = True, skip_nonfinite: bool = False, dropped: list | None = None,
-            give_back: bool = True, tensorrt_grid: bool = True, allow_qdq: bool = False):
+            give_back: bool = True, tensorrt_grid: bool = True, budget: Budget | None = None, option_names=None,
+            allow_qdq: bool = False):
     """Run the FP32 model over `source` once; returns (ModelInfo, HistogramCollector, samples, fingerprint).
 
     A sample holding NaN or Inf in an input is an error, or with `skip_nonfinite` left out (and its name added
     to `dropped`).
 
+    micro_batch: samples per run of the model; default: as many as `budget` (default 2 GB) holds, from the
+    activation bytes per sample that shape inference gives (calib.runners.budget). A model with a fixed batch
+    runs exactly that many at a time, whatever the batches the source reads: samples carry over, and a remainder
+    that cannot fill a run is left out with a warning. `option_names`: what the user calls the options (recipe key ->
+    command-line flag), for the messages.
     derive: take the statistics of Relu/Clip(0, hi) outputs from their inputs' (not reading them again).
     blocked: read the tensors in ONNX Runtime's blocked layout where that holds the same values (no reorders).
     give_back: return the pass's memory to the system at the end (for work that follows in the same process; a
@@ -149,6 +158,7 @@ def collect(model_path: str | Path, source, micro_batch: int = 8, nbins: int = D
     takes one more pass of the model over that batch when it is more than one run), for the entropy algorithm to
     match EntropyCalibration2.
     allow_qdq: calibrate a model that holds Q/DQ nodes already (refused by default: it is not an FP32 model)."""
+    from calib.runners.budget import pass_samples
     from calib.runners.onnxruntime import OrtRunner
 
     warmup.start()
@@ -159,6 +169,12 @@ def collect(model_path: str | Path, source, micro_batch: int = 8, nbins: int = D
     cachefmt.check_tensor_names(info.activations, str(model_path))  # before the pass, not at the cache's writing
     file_tie_sources(model_path, proto)  # for compute_all, without loading the model again
     inputs = [n for n, _, _ in info.inputs]
+    fixed = fixed_batch(info)
+    budget = budget or Budget()
+    if micro_batch is None:  # before any data is read, where the input sizes are known
+        micro_batch = pass_samples(proto, info, budget, getattr(source, "batch_size", 8), fixed)
+    elif fixed:
+        micro_batch = fixed
     digest = hashlib.sha256()
 
     def fingerprint(batch):  # in the reader thread, in the source's order
@@ -174,23 +190,35 @@ def collect(model_path: str | Path, source, micro_batch: int = 8, nbins: int = D
     except BaseException:
         batches.close()
         raise
-    del proto
+    if micro_batch is not None:
+        proto = None  # the session holds what it needs
     exposed = set(runner.tensor_names())
     wanted = [n for n in info.activations if n in exposed and n not in derived]
     stats = HistogramCollector(nbins, signed=frozenset(x for x, _ in derived.values()))
-    samples = seen = 0
+    samples = 0
     tail = None  # the last micro-batch run
     total = len(source) if hasattr(source, "__len__") else None
+    counts = {"seen": 0}
 
-    warmup.settle()
-    with nvtx_range("calib.calibrate"), bar("calibrate", total=total) as pbar, closing(batches):
+    def checked():
         for bi, batch in enumerate(batches):
             if bi == 0:
                 check_batch(batch, info, label)
-            read = int(next(iter(batch.values())).shape[0])
-            batch = finite_samples(batch, inputs, source, seen, label, skip_nonfinite, dropped)
-            seen += read
-            n = int(next(iter(batch.values())).shape[0])
+            read = rows(batch)
+            batch = finite_samples(batch, inputs, source, counts["seen"], label, skip_nonfinite, dropped)
+            counts["seen"] += read
+            pbar.update(read)
+            if rows(batch):
+                yield batch, None, None
+
+    warmup.settle()
+    with nvtx_range("calib.calibrate"), bar("calibrate", total=total) as pbar, closing(batches):
+        runs = FixedBatches(checked(), fixed) if fixed else checked()
+        for bi, (batch, _, _) in enumerate(runs):
+            if micro_batch is None:  # input sizes known only now
+                micro_batch = pass_samples(proto, info, budget, rows(batch), fixed, batch)
+                proto = None
+            n = rows(batch)
             one_run = n <= micro_batch  # the first batch's outputs all at hand at once: no extra run for its ranges
             if bi == 0 and tensorrt_grid and not one_run:
                 _first_batch_ranges(runner, batch, wanted, micro_batch, derived, stats)
@@ -208,15 +236,18 @@ def collect(model_path: str | Path, source, micro_batch: int = 8, nbins: int = D
                 del outs
             samples += n
             stats.first = False  # TensorRT sets its histogram ranges from the first batch alone
-            pbar.update(read)
+    if fixed:
+        runs.check(label, ", ".join(f"'{n}' {dims_text(d)}" for n, d, _ in info.inputs),
+                   called("calibration_data.limit", option_names))
     if give_back and tail is not None:
         # the pass's outputs lived in the shared arena, which keeps its regions: a one-sample run (its outputs are
         # all that stays in use) shrinks it, before the sessions of whatever runs next in this process
-        runner.run({k: v[:1] for k, v in tail.items()}, wanted[:1], release=True)
+        runner.run({k: v[:fixed or 1] for k, v in tail.items()}, wanted[:1], release=True)
     del runner, tail
     if give_back:
         release()
     if samples == 0:
+        seen = counts["seen"]
         raise DataError(f"{label}: no samples" + (f" ({seen} left out for NaN or Inf)" if seen else ""))
     for y, (x, hi) in derived.items():
         stats.derive(y, x, hi)
@@ -298,8 +329,9 @@ def compute_all(stats: HistogramCollector, tensors, algorithms, params: dict | N
 def calibrate(model: str | Path, data, algorithms=ALL_ALGORITHMS, params: dict | None = None,
               batch_size: int = 8, preprocess: str = "none", out: str | Path | None = None,
               trt_version: str = "8600", carrier: str = cachefmt.DEFAULT_CARRIER,
-              micro_batch: int = 8, skip_nonfinite: bool = False, equalize: bool = False,
-              give_back: bool = True, allow_qdq: bool = False) -> CalibrationResult:
+              micro_batch: int | None = None, skip_nonfinite: bool = False, equalize: bool = False,
+              give_back: bool = True, input_shapes: dict | None = None, memory_budget: Budget | None = None,
+              option_names=None, allow_qdq: bool = False) -> CalibrationResult:
     """Calibrate `model` on `data` (a Source, an ndarray, a dict of arrays per input, or a .npy/.npz path) with
     every algorithm.
 
@@ -307,6 +339,9 @@ def calibrate(model: str | Path, data, algorithms=ALL_ALGORITHMS, params: dict |
     (calib.io.publish: the previous contents stay until every file is written). With `equalize`, cross-layer
     equalization first: the caches are then for OUT/<model>.equalized.onnx (written too; needs `out`).
     give_back: the pass's memory returned to the system at its end (calib.calibrate.collect).
+    input_shapes: input -> dims fixing dynamic dimensions (like trtexec's --shapes); memory_budget: the peak the
+    pass keeps within (default 2 GB; micro_batch overrides its plan); option_names: recipe key -> the flag the user
+    typed, for the messages.
     allow_qdq: calibrate a model that holds Q/DQ nodes already (refused by default)."""
     algorithms = [algorithms] if isinstance(algorithms, str) else list(algorithms)
     if not algorithms:
@@ -318,7 +353,7 @@ def calibrate(model: str | Path, data, algorithms=ALL_ALGORITHMS, params: dict |
     if equalize and out is None:
         raise CalibError("equalize writes the equalized model: give an output folder")
     warmup.start()
-    info = inspect_model(model)
+    info = fix_input_shapes(inspect_model(model), input_shapes or {}, called("input_shapes", option_names))
     label = str(data) if isinstance(data, (str, Path)) else getattr(data, "label", "calibration data")
     inputs = [model] + ([data] if isinstance(data, (str, Path)) else [])  # never replaced in `out`
     data = as_source(data, info.inputs, batch_size, preprocess)
@@ -331,13 +366,14 @@ def calibrate(model: str | Path, data, algorithms=ALL_ALGORITHMS, params: dict |
 
             target = stage / f"{Path(model).stem}.equalized.onnx"
             equalized = equalize_file(model, data, target)
-            model, info = target, inspect_model(target)
+            model, info = target, fix_input_shapes(inspect_model(target), input_shapes or {})
         t0 = time.perf_counter()
         dropped: list = []
         info2, stats, samples, fp = collect(model, data, micro_batch=micro_batch, label=label, info=info,
                                             skip_nonfinite=skip_nonfinite, dropped=dropped, give_back=give_back,
                                             allow_qdq=allow_qdq,
-                                            tensorrt_grid=needs_tensorrt_grid(algorithms, params))
+                                            tensorrt_grid=needs_tensorrt_grid(algorithms, params),
+                                            budget=memory_budget, option_names=option_names)
         t_pass = time.perf_counter() - t0
         amax, used, secs = compute_all(stats, info2.activations, algorithms, params, model=model)
         secs["pass"] = t_pass

@@ -16,11 +16,6 @@ def one_line(text: str) -> str:
     return "".join(c.encode("unicode_escape").decode("ascii") if c in _BREAKS else c for c in str(text))
 
 
-def joined(text: str) -> str:
-    """A message of several lines (ONNX Runtime's) as one: its lines joined with spaces, none dropped."""
-    return " ".join(part.strip() for part in str(text).splitlines() if part.strip())
-
-
 class RecipeError(CalibError):
     """A recipe file has an unknown key, a wrong type or a missing file."""
 
@@ -61,3 +56,13 @@ def require(module: str, extra: str):
         return importlib.import_module(module)
     except ImportError as exc:
         raise MissingExtraError(f"{module} is not installed: {install_hint(extra)} ({exc})") from None
+
+
+def called(key: str, names=None) -> str:
+    """What the user calls option `key` (a recipe key such as 'preprocess.resize'): the command-line flag where
+    `names` (key -> flag, given by the command line) maps it, else the key itself."""
+    return (names or {}).get(key, key)
+
+
+class BudgetError(CalibError):
+    """The memory budget cannot hold what a command must keep at once (said before any work)."""

@@ -17,6 +17,7 @@ from calib.evaluate.api import evaluate
 from calib.evaluate.report import primary_score, summary, write_reports
 from calib.evaluate.tasks import check_task
 from calib.io.files import atomic_write_bytes
+from calib.io.memory import Budget, parse_size
 from calib.io.progress import setup_logging
 from calib.io.publish import publish
 from calib.quantize import cache as cachefmt
@@ -24,7 +25,9 @@ from calib.quantize.coverage import check_float_weights, weight_coverage
 from calib.quantize.model import inspect_model
 from calib.quantize.opset import describe_opset
 from calib.quantize.qdq import insert_qdq
+from calib.quantize.shapes import fix_input_shapes, fixed_batch
 from calib.recipe import Recipe, input_paths
+from calib.runners.budget import evaluation_samples
 from calib.version import __version__
 from calib.zoo.registry import resolve
 
@@ -131,7 +134,8 @@ def _run(recipe: Recipe, stage: Path, final: Path | None = None) -> None:
         log.info("%s: plugin %s; calibrating and simulating the graph before it (%s), TensorRT builds the whole "
                  "model with the plugin's inputs as extra outputs", original,
                  ", ".join(sorted({p.op_type for p in plugins})), model_path.name)
-    info = inspect_model(model_path)
+    info = fix_input_shapes(inspect_model(model_path), recipe.input_shapes, f"{recipe.source}: input_shapes")
+    budget = Budget(parse_size(recipe.memory_budget, "memory_budget"), "memory_budget")
     deployed = Path(original if plugins else model_path)  # what TensorRT builds and the Q/DQ model is made of
     log.info("calib %s, recipe %s, model %s (%d tensors to calibrate)", __version__, recipe.source,
              model_path, len(info.activations))
@@ -146,12 +150,15 @@ def _run(recipe: Recipe, stage: Path, final: Path | None = None) -> None:
     trt_backend = recipe.backend.kind == "tensorrt"
     ebatch = recipe.backend.batch_size if trt_backend else recipe.evaluation.batch_size  # engines take their batch
     esrc = make_source(espec, recipe.preprocess, inputs, ebatch)  # a bad offset or path: before the pass
+    # a budget too small for the evaluation's runs: said before the pass (the pass's own check is in collect)
+    evaluation_samples(model_path, info, budget, ebatch, fixed_batch(info), 1 + len(c.algorithms))
     equalized = None
     if c.equalize and plugins:
         raise RecipeError(f"{recipe.source}: calibration.equalize: not for a model with plugin nodes "
                           f"({original})")
     if c.equalize:
         model_path, info, equalized = equalize_model(model_path, csrc, stage)
+        info = fix_input_shapes(info, recipe.input_shapes)
     pm = deployed_precision(model_path, recipe.evaluation.deploy, recipe.evaluation.engine_layers,
                             f"{recipe.source}: evaluation.engine_layers")  # a wrong file fails before the pass
     log.info("simulating the deployed build: %s", pm.describe())
@@ -161,7 +168,8 @@ def _run(recipe: Recipe, stage: Path, final: Path | None = None) -> None:
     info, stats, samples, fp = collect(model_path, csrc, label=recipe.calibration_data.path, info=info,
                                        skip_nonfinite=recipe.calibration_data.skip_nonfinite, dropped=left_out,
                                        allow_qdq=c.allow_qdq,
-                                       tensorrt_grid=needs_tensorrt_grid(c.algorithms, _params(recipe)))
+                                       tensorrt_grid=needs_tensorrt_grid(c.algorithms, _params(recipe)),
+                                       budget=budget)
     if getattr(csrc, "bad", None):
         log.warning("%d unreadable images skipped", len(csrc.bad))
     amax, used, secs = compute_all(stats, info.activations, c.algorithms, _params(recipe), model=model_path)
@@ -191,7 +199,8 @@ def _run(recipe: Recipe, stage: Path, final: Path | None = None) -> None:
     precision = {**{a: pm for a in c.algorithms}, **extra_precision}
     try:
         result = evaluate(model_path, configs, esrc, recipe.evaluation.task, recipe.evaluation.detection,
-                          exclude=exclude, engines=engines, precision=precision)
+                          exclude=exclude, engines=engines, precision=precision, memory_budget=budget,
+                          input_shapes=recipe.input_shapes)
         if es is not None:
             trt_engines.time_engines(es, make_source(espec, recipe.preprocess, inputs, recipe.backend.batch_size),
                                      recipe.backend.batch_size)

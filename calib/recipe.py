@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -27,6 +28,7 @@ NON_NEGATIVE = {"min": 0}
 UNIT = {"min": 0.0, "max": 1.0}
 ALGORITHM = {"algorithm": True}
 PIL_MAX_PIXELS = 89_478_485  # Pillow's Image.MAX_IMAGE_PIXELS
+_DIMS = re.compile(r"\d+(x\d+)+")
 
 
 @dataclass(frozen=True)
@@ -59,6 +61,8 @@ class PreprocessSpec:
     crop: tuple[int, ...] | None = field(default=None, metadata={"min": 1, "len": (1, 2)})  # center crop
     pad_value: int = field(default=114, metadata={"min": 0, "max": 255})
     color: str = field(default="RGB", metadata={"choices": ("RGB", "BGR")})
+    # with mode letterbox: where the resized image sits; top-left pads right and bottom only (as YOLOX does)
+    letterbox_anchor: str = field(default="center", metadata={"choices": ("center", "top-left")})
     scale: float = field(default=1.0 / 255.0, metadata={"nonzero": True})
     mean: tuple[float, ...] = field(default=(0.0, 0.0, 0.0), metadata={"len": (1, 3)})
     std: tuple[float, ...] = field(default=(1.0, 1.0, 1.0), metadata={"nonzero": True, "len": (1, 3)})
@@ -166,6 +170,10 @@ class Recipe:
     sensitivity: SensitivitySpec = SensitivitySpec()
     backend: BackendSpec = BackendSpec()
     output: str = field(default="runs/out", metadata={"path": True, "output": True})
+    # input -> dims fixing the model's dynamic or placeholder dimensions, e.g. {images: 1x3x640x640} (the image
+    # resize follows it where preprocess.resize is not given); like trtexec's --shapes
+    input_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    memory_budget: str = field(default="2GB", metadata={"size": True})  # the peak memory every step keeps within
     source: str = ""  # the recipe file, filled in by load_recipe
 
 
@@ -196,6 +204,8 @@ def _convert(value, tp, key: str, ctx: _Ctx, meta):
     if origin is tuple:
         (inner, *_rest) = typing.get_args(tp)
         items = value if isinstance(value, list) else [value]
+        if inner is int and isinstance(value, str) and _DIMS.fullmatch(value.strip().lower()):
+            items = [int(d) for d in value.strip().lower().split("x")]  # 640x640, 1x3x640x640
         return tuple(_convert(v, inner, f"{key}[{i}]", ctx, meta if meta.get("path") else {})
                      for i, v in enumerate(items))
     if origin is dict:
@@ -281,6 +291,13 @@ def _check(value, meta: dict, key: str, ctx: _Ctx) -> None:
         ctx.fail(key, f"must be > {meta['above']}, got {value}")
     if meta.get("nonzero") and value == 0:
         ctx.fail(key, "must not be 0")
+    if meta.get("size"):
+        from calib.io.memory import parse_size
+
+        try:
+            parse_size(value, key)
+        except CalibError as exc:
+            ctx.fail(key, str(exc).split(": ", 1)[-1])
     if meta.get("digits") and not value.isdigit():
         ctx.fail(key, f"expected digits like 8600, got '{value}'")
     if meta.get("algorithm"):

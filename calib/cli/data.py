@@ -21,6 +21,49 @@ IMAGENET_STD = (0.229, 0.224, 0.225)
 _DTYPE = {1: "float32", 10: "float16", 2: "uint8"}  # ONNX elem_type -> PreprocessSpec.dtype
 
 
+# what the command line calls the options that recipes name by key (for messages from below the CLI)
+CLI_NAMES = {"preprocess.resize": "--resize", "input_shapes": "--input-shape", "memory_budget": "--memory-budget",
+             "calibration_data.limit": "--limit", "evaluation_data.limit": "--limit", "preprocess.scale": "--scale",
+             "preprocess.color": "--bgr", "preprocess.letterbox_anchor": "--letterbox-anchor"}
+
+
+def model_options(fn):
+    """--input-shape and --memory-budget, for the commands that run the model on the CPU."""
+    fn = click.option("--memory-budget", default="2GB", show_default=True, metavar="SIZE",
+                      help="Peak memory to keep within (e.g. 2GB, 512MB): runs hold as many samples as fit, from "
+                           "the activation bytes per sample shape inference gives; too small for one sample is an "
+                           "error before any work.")(fn)
+    return click.option("--input-shape", "input_shapes", multiple=True, metavar="NAME=DIMS",
+                        help="Fix an input's dynamic or placeholder dimensions, e.g. images=1x3x640x640 (like "
+                             "trtexec's --shapes; repeatable); images are resized to it. A batch given here is "
+                             "the samples per run.")(fn)
+
+
+def input_shapes(items) -> dict[str, tuple[int, ...]]:
+    """NAME=DIMS (or NAME:DIMS, as trtexec writes it) items of --input-shape as input -> dims."""
+    out = {}
+    for item in items:
+        name, sep, dims = item.rpartition("=")
+        if not sep:
+            name, sep, dims = item.rpartition(":")
+        try:
+            shape = tuple(int(d) for d in dims.lower().split("x"))
+        except ValueError:
+            shape = ()
+        if not sep or not name or not shape or any(d < 1 for d in shape):
+            raise click.BadParameter(f"'{item}': expected NAME=DIMS such as images=1x3x640x640",
+                                     param_hint="--input-shape")
+        out[name] = shape
+    return out
+
+
+def memory_budget(text: str):
+    """The --memory-budget as a calib.io.memory.Budget named by its flag."""
+    from calib.io.memory import Budget, parse_size
+
+    return Budget(parse_size(text, "--memory-budget"), "--memory-budget")
+
+
 def data_options(required: bool = True, help_data: str | None = None):
     """The --data option and the preprocessing options, as one decorator."""
     opts = [
@@ -38,7 +81,13 @@ def data_options(required: bool = True, help_data: str | None = None):
         click.option("--letterbox", is_flag=True, help="Images: keep the aspect ratio and pad (YOLO).",),
         click.option("--pad-value", default=114, show_default=True, type=click.IntRange(0, 255),
                      help="With --letterbox: the padding's pixel value."),
+        click.option("--letterbox-anchor", type=click.Choice(["center", "top-left"]), default="center",
+                     show_default=True, help="With --letterbox: where the image sits; top-left pads right and bottom "
+                                             "only (YOLOX)."),
         click.option("--crop", metavar="N|HxW", help="Images: center crop after --resize."),
+        click.option("--bgr", is_flag=True, help="Images: feed channels in BGR order (models trained with OpenCV)."),
+        click.option("--scale", type=float, help="Images: multiply pixel values (0-255) by this before --mean/--std "
+                                                  "(e.g. 1 for 0-255 input) [default: from --preprocess]."),
         click.option("--mean", metavar="M[,M,M]", help="Subtracted after scaling (per channel, RGB)."),
         click.option("--std", metavar="S[,S,S]", help="Divided by after --mean (per channel, RGB)."),
         click.option("--layout", type=click.Choice(["NCHW", "NHWC"]),
@@ -70,7 +119,10 @@ class DataArgs:
     resize: str | None = None
     letterbox: bool = False
     pad_value: int = 114
+    letterbox_anchor: str = "center"
     crop: str | None = None
+    bgr: bool = False
+    scale: float | None = None
     mean: str | None = None
     std: str | None = None
     layout: str | None = None
@@ -86,7 +138,8 @@ class DataArgs:
 
     def image_options(self) -> list[str]:
         given = [("--resize", self.resize), ("--letterbox", self.letterbox), ("--crop", self.crop),
-                 ("--mean", self.mean), ("--std", self.std), ("--images", self.images)]
+                 ("--mean", self.mean), ("--std", self.std), ("--images", self.images), ("--bgr", self.bgr),
+                 ("--letterbox-anchor", self.letterbox_anchor != "center"), ("--scale", self.scale is not None)]
         return [name for name, v in given if v]
 
 
@@ -139,15 +192,21 @@ def preprocess_spec(args: DataArgs, input_dims: tuple, elem_type: int):
         hw = input_dims[2:4] if (model_layout(input_dims) or layout) == "NCHW" else input_dims[1:3]
         resize = tuple(hw) if all(isinstance(d, int) and d > 0 for d in hw) else None
     if resize is None and args.letterbox:
-        raise click.BadParameter("the model's input size is dynamic: give the size", param_hint="--resize")
+        raise click.BadParameter("the model's input size is dynamic: give the size (or fix it with --input-shape)",
+                                 param_hint="--resize")
+    if args.letterbox_anchor != "center" and not args.letterbox:
+        raise click.BadParameter("places a letterboxed image: give --letterbox too", param_hint="--letterbox-anchor")
+    if args.scale is not None and (args.scale == 0 or args.scale != args.scale or abs(args.scale) == float("inf")):
+        raise click.BadParameter(f"'{args.scale}': must be a finite number other than 0", param_hint="--scale")
     if resize is not None and args.letterbox and len(resize) == 1:
         resize = (resize[0], resize[0])
     mode = "letterbox" if args.letterbox else ("shorter" if resize is not None and len(resize) == 1 else "exact")
     mean = _floats(args.mean, "--mean") or (IMAGENET_MEAN if preset == "imagenet" else (0.0, 0.0, 0.0))
     std = _floats(args.std, "--std") or (IMAGENET_STD if preset == "imagenet" else (1.0, 1.0, 1.0))
+    scale = args.scale if args.scale is not None else (1.0 if preset == "none" else 1.0 / 255.0)
     return PreprocessSpec(resize=resize, mode=mode, crop=_size(args.crop, "--crop"), pad_value=args.pad_value,
-                          scale=1.0 if preset == "none" else 1.0 / 255.0, mean=mean, std=std, layout=layout,
-                          dtype=_DTYPE.get(elem_type, "float32"))
+                          color="BGR" if args.bgr else "RGB", letterbox_anchor=args.letterbox_anchor, scale=scale,
+                          mean=mean, std=std, layout=layout, dtype=_DTYPE.get(elem_type, "float32"))
 
 
 def _coco_images(annotations: Path, given: str | None) -> Path:
@@ -258,7 +317,8 @@ def make_cli_source(args: DataArgs, info, batch_size: int, input_index: int = 0)
                                 range(arr.shape[0]), str(path))
     spec = DataSpec(kind=kind, path=str(_coco_images(path, args.images) if kind == "coco" else path),
                     annotations=str(path) if kind == "coco" else None, limit=args.limit, offset=args.offset)
-    return make_source(spec, preprocess_spec(args, dims, elem_type), name, batch_size)
+    return make_source(spec, preprocess_spec(args, dims, elem_type), info.inputs[input_index:input_index + 1],
+                       batch_size, CLI_NAMES)
 
 
 @contextlib.contextmanager

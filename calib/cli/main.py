@@ -9,7 +9,9 @@ import click
 from calib.cli.cache import cache
 from calib.cli.common import cache_checks as _cache_checks
 from calib.cli.common import handled as _handled
-from calib.cli.data import data_options, make_cli_source, with_data
+from calib.cli.data import CLI_NAMES, data_options, make_cli_source, model_options, with_data
+from calib.cli.data import input_shapes as parse_shapes
+from calib.cli.data import memory_budget as parse_budget
 from calib.cli.zoo import zoo
 from calib.errors import CalibError
 from calib.version import __version__
@@ -82,11 +84,12 @@ def sensitivity(ctx, recipe, out, overrides):
               help="Cross-layer equalization first; the caches are then for OUT/<model>.equalized.onnx.")
 @click.option("--skip-nonfinite", is_flag=True, help="Leave out samples holding NaN or Inf (default: an error).")
 @click.option("--allow-qdq", is_flag=True, help="Calibrate a model that holds Q/DQ nodes already (default: refused).")
+@model_options
 @click.option("--out", "-o", required=True, type=click.Path(file_okay=False))
 @_handled
 @with_data
 def calibrate(model, data_args, algo, batch_size, percentile, trt_version, carrier, equalize, skip_nonfinite,
-              allow_qdq, out):
+              allow_qdq, input_shapes, memory_budget, out):
     """Calibrate MODEL on --data in one pass; write OUT/<algo>.cache and OUT/<algo>.json per algorithm."""
     from calib.algorithms import registry
     from calib.stats import warmup
@@ -99,11 +102,15 @@ def calibrate(model, data_args, algo, batch_size, percentile, trt_version, carri
     warmup.start()  # before the imports and the model: they overlap
     from calib.calibrate import calibrate as run_calibration
     from calib.quantize.model import inspect_model
+    from calib.quantize.shapes import fix_input_shapes
 
-    data = make_cli_source(data_args, inspect_model(model), batch_size)
+    shapes, budget = parse_shapes(input_shapes), parse_budget(memory_budget)
+    info = fix_input_shapes(inspect_model(model), shapes, "--input-shape")
+    data = make_cli_source(data_args, info, batch_size)
     res = run_calibration(model, data, algos, {"percentile": {"percentile": percentile}}, batch_size,
                           "none", out, trt_version, carrier, skip_nonfinite=skip_nonfinite, equalize=equalize,
-                          give_back=False, allow_qdq=allow_qdq)  # the process ends after writing the caches
+                          give_back=False, allow_qdq=allow_qdq,  # the process ends after writing the caches
+                          input_shapes=shapes, memory_budget=budget, option_names=CLI_NAMES)
     if res.equalized:
         click.echo(f"{Path(out) / res.equalized['file']}  ({res.equalized['equalized']} of {res.equalized['pairs']} "
                    "Conv pairs equalized)")
@@ -138,11 +145,12 @@ def calibrate(model, data_args, algo, batch_size, percentile, trt_version, carri
 @click.option("--engine-layers", type=click.Path(exists=True, dir_okay=False),
               help="An engine's JSON sidecar or inspector JSON: simulate what that engine runs in INT8/FP16/FP32.")
 @click.option("--allow-qdq", is_flag=True, help="Evaluate a model that holds Q/DQ nodes already (default: refused).")
+@model_options
 @click.option("--out", "-o", required=True, type=click.Path(file_okay=False))
 @_handled
 @with_data
 def evaluate(model, caches, data_args, batch_size, task, ignore_hash, allow_unknown, exclude, layerwise,
-             ignore_sidecar, allow_partial, deploy, engine_layers, allow_qdq, out):
+             ignore_sidecar, allow_partial, deploy, engine_layers, allow_qdq, input_shapes, memory_budget, out):
     """Compare MODEL in FP32 with its INT8 simulation under each --cache; write a report to OUT."""
     from calib.evaluate.api import evaluate as run_eval
     from calib.evaluate.report import ship_line, summary, write_reports
@@ -152,6 +160,7 @@ def evaluate(model, caches, data_args, batch_size, task, ignore_hash, allow_unkn
     from calib.quantize.cachecheck import CacheChecks, load_checked
     from calib.quantize.model import check_fp32, inspect_model, load_model
     from calib.quantize.patterns import check_exclusions, excluded_layers
+    from calib.quantize.shapes import fix_input_shapes
     from calib.recipe import DetectionSpec
     from calib.stats.histogram import HistogramCollector
 
@@ -161,7 +170,8 @@ def evaluate(model, caches, data_args, batch_size, task, ignore_hash, allow_unkn
     if task == "outputs" and detection_format(output_shapes(proto)):
         click.echo(f"note: {model} is a detector: --task detection adds mAP against FP32's boxes to the report; "
                    "this one compares the outputs only", err=True)
-    info = inspect_model(model, proto)
+    shapes, budget = parse_shapes(input_shapes), parse_budget(memory_budget)
+    info = fix_input_shapes(inspect_model(model, proto), shapes, "--input-shape")
     ex = check_exclusions(proto, exclude, model)
     float_layers = excluded_layers(proto, ex)
     del proto
@@ -176,7 +186,8 @@ def evaluate(model, caches, data_args, batch_size, task, ignore_hash, allow_unkn
     detection = DetectionSpec(format=found) if found else DetectionSpec()
     pm = deployed_precision(model, deploy, engine_layers, "--engine-layers")
     res = run_eval(model, configs, src, task, detection, exclude={n: ex for n in configs}, layerwise=layerwise,
-                   precision={n: pm for n in configs})
+                   precision={n: pm for n in configs}, memory_budget=budget, input_shapes=shapes,
+                   option_names=CLI_NAMES)
     report = {"recipe": Path(model).stem, "model": str(model), "model_sha256": info.sha256,
               "calibration": {"samples": calib_samples.pop() if len(calib_samples) == 1 else None},
               "evaluation": {"samples": res["samples"], "configs": res["configs"]},

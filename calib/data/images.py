@@ -165,7 +165,9 @@ class ImageSource:
     `preprocess` is a calib Preprocessor or any callable taking a PIL image (e.g. a torchvision transform)."""
 
     def __init__(self, samples: list[Sample], preprocess: Preprocessor, input_name: str, batch_size: int = 8,
-                 max_bad: float = 0.1, label: str = "images", max_pixels: int = MAX_PIXELS):
+                 max_bad: float = 0.1, label: str = "images", max_pixels: int = MAX_PIXELS,
+                 resize_name: str = "preprocess.resize or input_shapes"):
+        """resize_name: the options that size the images, as the user calls them (for the message)."""
         if not samples:
             raise DataError(f"{label}: no images")
         self.samples = samples
@@ -175,6 +177,7 @@ class ImageSource:
         self.max_bad = max_bad
         self.label = label
         self.max_pixels = max_pixels
+        self.resize_name = resize_name
         self.bad: list[str] = []  # printable names of the files skipped
 
     def __len__(self) -> int:
@@ -203,7 +206,7 @@ class ImageSource:
             good += 1
             if xs and got[0].shape != xs[0].shape:
                 raise DataError(f"{printable(s.path)}: preprocessed to shape {list(got[0].shape)}, the batch has "
-                                f"{list(xs[0].shape)} (set preprocess.resize for images of different sizes)")
+                                f"{list(xs[0].shape)} (give {self.resize_name} for images of different sizes)")
             xs.append(got[0])
             ss.append(s)
             bs.append(got[1])

@@ -11,8 +11,8 @@ from PIL import Image
 from calib.data.arrays import InputsSource, load_inputs, mapped_file, read_rows
 from calib.data.images import ImageSource, Sample, coco_samples, folder_samples, subset, yolo_samples
 from calib.data.labels import category_map, labels_from_names, map_classes
-from calib.data.transforms import Preprocessor
-from calib.errors import DataError, require
+from calib.data.transforms import Preprocessor, with_model_size
+from calib.errors import DataError, called, require
 from calib.recipe import DataSpec, PreprocessSpec
 
 log = logging.getLogger(__name__)
@@ -144,8 +144,10 @@ def _check_keys(spec: DataSpec) -> None:
                             "max_length: text)")
 
 
-def make_source(spec: DataSpec, pre_spec: PreprocessSpec, inputs, batch_size: int):
-    """The Source of `spec` for the model inputs `inputs` (ModelInfo.inputs, or one input's name)."""
+def make_source(spec: DataSpec, pre_spec: PreprocessSpec, inputs, batch_size: int, option_names=None):
+    """The Source of `spec` for the model inputs `inputs` (ModelInfo.inputs, or one input's name); images are
+    resized to the model's input size where `pre_spec` gives none and the size is known. `option_names`: recipe key
+    -> the flag the user typed, for the messages."""
     inputs = _inputs(inputs)
     names = [n for n, _, _ in inputs]
     label = spec.path
@@ -164,10 +166,13 @@ def make_source(spec: DataSpec, pre_spec: PreprocessSpec, inputs, batch_size: in
     if len(names) > 1:
         raise DataError(f"{spec.path}: {spec.kind} data feeds one input; the model takes {names} (give an .npz "
                         "with one array per input, or text)")
+    if inputs[0][1]:
+        pre_spec = with_model_size(pre_spec, tuple(inputs[0][1]))
+    sizing = f"{called('preprocess.resize', option_names)} or {called('input_shapes', option_names)}"
     if spec.kind == "torchvision":
         return TorchvisionSource(spec, Preprocessor(pre_spec), names[0], batch_size)
     return ImageSource(image_samples(spec), Preprocessor(pre_spec), names[0], batch_size, spec.max_bad, label,
-                       spec.max_pixels)
+                       spec.max_pixels, sizing)
 
 
 def text_source(spec: DataSpec, inputs, batch_size: int):

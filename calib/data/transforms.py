@@ -1,7 +1,8 @@
-"""Image preprocessing declared in a recipe: resize (shorter side, exact, letterbox), center crop, channel
-order, scale, mean/std, layout and dtype. PIL bilinear resizing, as torchvision does for PIL images."""
+"""Image preprocessing declared in a recipe: resize (shorter side, exact, letterbox centred or top-left), center
+crop, channel order, scale, mean/std, layout and dtype. PIL bilinear resizing, as torchvision does for PIL images."""
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -58,6 +59,8 @@ class Preprocessor:
                 resized = img.resize((nw, nh), Image.BILINEAR)
                 left = int(round((tw - nw) / 2 - 0.1))
                 top = int(round((th - nh) / 2 - 0.1))
+                if s.letterbox_anchor == "top-left":  # padded right and bottom only (YOLOX)
+                    left = top = 0
                 canvas = Image.new("RGB", (tw, th), (s.pad_value,) * 3)
                 canvas.paste(resized, (left, top))
                 img, sx, sy, px, py = canvas, nw / w, nh / h, float(left), float(top)
@@ -97,3 +100,14 @@ class Preprocessor:
         if s.layout == "NCHW":
             out = out.transpose(2, 0, 1)
         return np.ascontiguousarray(out), box
+
+
+def with_model_size(spec: PreprocessSpec, dims: tuple, layout: str | None = None) -> PreprocessSpec:
+    """`spec` resizing to the model input's height and width (`dims`, an image input's shape) where it gives no
+    size of its own and the model's is known (fixed by the model or by input_shapes / --input-shape)."""
+    if spec.resize is not None or spec.crop is not None or len(dims) != 4:
+        return spec
+    hw = dims[2:4] if (layout or spec.layout) == "NCHW" else dims[1:3]
+    if not all(isinstance(d, int) and d > 0 for d in hw):
+        return spec
+    return dataclasses.replace(spec, resize=tuple(hw), mode="letterbox" if spec.mode == "letterbox" else "exact")

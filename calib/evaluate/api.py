@@ -7,14 +7,18 @@ from pathlib import Path
 
 
 from calib.data.groups import group_of
-from calib.errors import DataError
+from calib.data.rebatch import FixedBatches
+from calib.errors import DataError, called
 from calib.evaluate import confidence
 from calib.evaluate.detect import DetectionTally
 from calib.evaluate.layerwise import Comparison, Simulator
 from calib.evaluate.metrics import Classification
 from calib.evaluate.tasks import check_task
+from calib.io.memory import Budget
 from calib.io.progress import bar
 from calib.quantize.model import inspect_model
+from calib.quantize.shapes import dims_text, fix_input_shapes, fixed_batch
+from calib.runners.budget import evaluation_samples
 from calib.recipe import DetectionSpec
 
 log = logging.getLogger(__name__)
@@ -45,7 +49,8 @@ def _batches(source):
 
 def evaluate(model, caches: dict, source, task: str = "outputs", detection: DetectionSpec = DetectionSpec(),
              exclude: dict | None = None, layerwise: bool = True, engines: dict | None = None,
-             checks=None, batch_size: int = 8, precision: dict | None = None) -> dict:
+             checks=None, batch_size: int = 8, precision: dict | None = None, memory_budget: Budget | None = None,
+             input_shapes: dict | None = None, option_names=None) -> dict:
     """Compare FP32 with INT8 simulations, one per entry of `caches` (name -> cache path or {tensor: amax}), and
     with `engines` (name -> a runner of the same model, e.g. a TensorRT engine; compared on the outputs).
     Cache paths are checked like the CLI's (`checks`: a calib.quantize.cachecheck.CacheChecks for its override flags).
@@ -53,18 +58,27 @@ def evaluate(model, caches: dict, source, task: str = "outputs", detection: Dete
     describes runs it (default: calib's Q/DQ placement).
 
     `source`: a Source, or arrays as calib.calibrate takes them (an ndarray, a dict of arrays per model input, a
-    .npy/.npz path), fed `batch_size` samples at a time."""
+    .npy/.npz path), fed `batch_size` samples at a time.
+
+    The runs hold as many samples as `memory_budget` (default 2 GB) allows, from the activation bytes per sample
+    that shape inference gives (calib.runners.budget); a model with a fixed batch runs exactly that many, a
+    remainder that cannot fill a run left out and said. `input_shapes` fixes dynamic input dimensions; `option_names`
+    maps recipe keys to the flags the user typed, for the messages."""
     from calib.data.arrays import as_source
 
     check_task(model, task, detection.format if task == "detection" else None)
-    info = inspect_model(model)
+    info = fix_input_shapes(inspect_model(model), input_shapes or {}, called("input_shapes", option_names))
     source = as_source(source, info.inputs, batch_size)
     configs = _configs(caches, info, checks)
     engines = dict(engines or {})
     clash = set(engines) & set(configs)
     if clash:
         raise DataError(f"configuration name '{sorted(clash)[0]}' is both a cache and an engine")
-    sim = Simulator(model, info, configs, exclude, layerwise, precision=precision)
+    fixed, budget = fixed_batch(info), memory_budget or Budget()
+    read = getattr(source, "batch_size", batch_size)
+    runs = evaluation_samples(model, info, budget, read, fixed, 1 + len(configs))  # before any session or data
+    sim = Simulator(model, info, configs, exclude, layerwise, micro_batch=runs or 1, precision=precision,
+                    fixed=fixed)
     names = list(configs) + list(engines)
     comps = {n: Comparison(n, outputs=tuple(info.outputs)) for n in names}
     cls = {n: Classification() for n in names}
@@ -73,12 +87,17 @@ def evaluate(model, caches: dict, source, task: str = "outputs", detection: Dete
     n = 0
     groups, labelled_groups = [], []  # per sample: its group (crops of one photo share one), for the bootstrap
     total = len(source) if hasattr(source, "__len__") else None
+    items = FixedBatches(_batches(source), fixed) if fixed else _batches(source)
     with bar("evaluate", total=total) as pbar:
-        for batch, samples, meta in _batches(source):
+        for batch, samples, meta in items:
+            if runs is None:  # the input sizes known only now
+                runs = evaluation_samples(model, info, budget, read, fixed, 1 + len(configs), batch)
+                sim.micro_batch = runs
             gs = [group_of(s, n + j) for j, s in enumerate(samples)]
             groups += gs
             labelled_groups += [g for s, g in zip(samples, gs) if _labelled(s)]
-            ref, tests = sim.compare(batch, comps, keep_reference=bool(perturbed))
+            ref, tests = sim.compare(batch, comps, keep_reference=bool(perturbed),
+                                     keep_outputs=bool(engines) or task != "outputs")
             for name, runner in engines.items():
                 tests[name] = runner.run(batch, None if name in perturbed else list(info.outputs))
                 comps[name].update(ref, tests[name])
@@ -91,6 +110,9 @@ def evaluate(model, caches: dict, source, task: str = "outputs", detection: Dete
             k = next(iter(batch.values())).shape[0]
             n += k
             pbar.update(k)
+    if fixed:
+        shape = ", ".join(f"'{x}' {dims_text(d)}" for x, d, _ in info.inputs)
+        items.check(getattr(source, "label", "evaluation data"), shape, called("evaluation_data.limit", option_names))
     if n == 0:
         raise DataError("evaluation data: no samples")
     result = {"model": str(model), "model_sha256": info.sha256, "samples": n, "task": task, "configs": {}}

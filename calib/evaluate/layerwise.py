@@ -69,9 +69,13 @@ class Simulator:
     tensors into its Comparison before the next runs; only the graph outputs are kept for the task metrics."""
 
     def __init__(self, model_path, info: ModelInfo, configs: dict, exclude: dict | None = None,
-                 layerwise: bool = True, micro_batch: int = 2, precision: dict | None = None):
+                 layerwise: bool = True, micro_batch: int = 2, precision: dict | None = None,
+                 fixed: int | None = None):
+        """fixed: the model's fixed batch: every run holds exactly that many samples (batches come in multiples
+        of it, calib.data.rebatch)."""
         self.info = info
-        self.micro_batch = max(1, micro_batch)
+        self.fixed = fixed
+        self.micro_batch = fixed or max(1, micro_batch)
         proto = onnx.load(str(model_path))
         expose = list(info.activations) if layerwise else []
         self.outputs = list(info.outputs)
@@ -98,11 +102,13 @@ class Simulator:
         ref = self.ref.run(batch, self.names)
         return ref, {name: r.run(batch, self.names) for name, r in self.tests.items()}
 
-    def compare(self, batch: dict, comps: dict, keep_reference: bool = False) -> tuple[dict, dict]:
+    def compare(self, batch: dict, comps: dict, keep_reference: bool = False,
+                keep_outputs: bool = True) -> tuple[dict, dict]:
         """Fold `batch` into `comps` (name -> Comparison); returns the graph outputs of FP32 and of each
-        configuration on the whole batch (with keep_reference, FP32's every exposed tensor as well)."""
+        configuration on the whole batch (with keep_reference, FP32's every exposed tensor as well; without
+        keep_outputs, nothing: the comparisons are all that is needed, and nothing of a run outlives it)."""
         n = int(next(iter(batch.values())).shape[0])
-        step = n if len(self.names) == len(self.outputs) or keep_reference else self.micro_batch
+        step = n if keep_reference and not self.fixed else self.micro_batch
         ref_parts, test_parts = [], {name: [] for name in self.tests}
         for lo in range(0, n, step):
             part = {k: v[lo:lo + step] for k, v in batch.items()}
@@ -110,11 +116,15 @@ class Simulator:
             for name, runner in self.tests.items():
                 test = runner.run(part, self.names)
                 comps[name].update(ref, test)
-                test_parts[name].append({o: test[o] for o in self.outputs if o in test})
+                if keep_outputs:
+                    test_parts[name].append({o: test[o] for o in self.outputs if o in test})
                 del test
-            ref_parts.append(ref if keep_reference else {o: ref[o] for o in self.outputs if o in ref})
+            if keep_outputs or keep_reference:
+                ref_parts.append(ref if keep_reference else {o: ref[o] for o in self.outputs if o in ref})
             del ref
-        return _joined(ref_parts), {name: _joined(p) for name, p in test_parts.items()}
+        if not ref_parts:
+            return {}, {name: {} for name in self.tests}
+        return _joined(ref_parts), {name: _joined(p) if p else {} for name, p in test_parts.items()}
 
 
 def _joined(parts: list[dict]) -> dict:

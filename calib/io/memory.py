@@ -10,6 +10,7 @@ import ctypes
 import ctypes.util
 import functools
 import gc
+from dataclasses import dataclass
 
 
 @functools.cache
@@ -41,3 +42,51 @@ def rss_mb() -> float | None:
     except OSError:
         pass
     return None
+
+
+GB = 1 << 30
+MB = 1 << 20
+_UNITS = {"": GB, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": MB, "mb": MB, "mib": MB,
+          "g": GB, "gb": GB, "gib": GB, "t": 1 << 40, "tb": 1 << 40, "tib": 1 << 40}
+
+
+def size_text(n: float) -> str:
+    return f"{n / GB:.2f} GB" if n >= GB / 2 else f"{n / MB:.0f} MB"
+
+
+def parse_size(text, where: str = "memory_budget") -> int:
+    """Bytes from '2GB', '512MB', '1.5 GiB' or a bare number of GB (units of 1024); an error names `where`."""
+    from calib.errors import CalibError
+
+    s = str(text).strip().lower().replace(" ", "")
+    num = s.rstrip("abcdefghijklmnopqrstuvwxyz")
+    unit = s[len(num):]
+    try:
+        value = float(num)
+    except ValueError:
+        value = -1.0
+    if unit not in _UNITS or not value > 0 or value != value or value == float("inf"):
+        raise CalibError(f"{where}: '{text}': expected a size such as 2GB or 512MB")
+    return int(value * _UNITS[unit])
+
+
+@dataclass(frozen=True)
+class Budget:
+    """The most memory a command may hold (its peak RSS), and what the user called the option that set it."""
+
+    limit: int = 2 * GB
+    name: str = "memory_budget"
+
+    def samples(self, held: int, per_sample: int, what: str) -> int:
+        """How many samples one run may hold when `held` bytes are taken already and each sample costs
+        `per_sample`; a budget too small for one is a BudgetError saying what one needs."""
+        from calib.errors import BudgetError
+
+        room = self.limit - held
+        if room < per_sample:
+            need = held + per_sample
+            raise BudgetError(f"{self.name} {size_text(self.limit)}: too small for one sample of {what}: one needs "
+                              f"about {size_text(need)} ({size_text(held)} for the model, runtime and data in "
+                              f"flight, {size_text(per_sample)} for one sample's activations); raise {self.name}, "
+                              "or make the input smaller")
+        return max(1, room // max(1, per_sample))

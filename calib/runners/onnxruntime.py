@@ -12,7 +12,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
-from calib.errors import DataError, ModelError, joined
+from calib.errors import DataError, ModelError
 from calib.quantize.model import load_model, output_names, with_outputs
 
 log = logging.getLogger(__name__)
@@ -28,6 +28,14 @@ def _register_lean_arena() -> None:
         ort.create_and_register_allocator(info, ort.OrtArenaCfg(0, 1, -1, -1))
     except Exception as exc:  # registered already in this process, or an ONNX Runtime without it: the default serves
         log.debug("lean arena not registered: %s", exc)
+
+
+def whole(exc: BaseException, limit: int = 2000) -> str:
+    """ONNX Runtime's message on one line, every line of it kept (the one naming the input and the dimension
+    comes after the first): lines joined with ' | ', cut only past `limit` characters."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    text = " | ".join(lines) or exc.__class__.__name__
+    return text if len(text) <= limit else text[:limit] + " ..."
 
 
 def _shrink() -> ort.RunOptions:
@@ -85,7 +93,7 @@ class OrtRunner:
             return ort.InferenceSession(proto.SerializeToString(), so or self._options(optimize),
                                         providers=["CPUExecutionProvider"])
         except Exception as exc:
-            raise ModelError(f"{self.label}: ONNX Runtime cannot load the model ({joined(exc)})") from None
+            raise ModelError(f"{self.label}: ONNX Runtime cannot load the model ({whole(exc)})") from None
 
     def _blocked(self, proto: onnx.ModelProto, expose: list[str], model_sha256: str | None):
         """The model with `expose` as outputs as ONNX Runtime optimizes it, its outputs taken before the layout
@@ -154,5 +162,5 @@ class OrtRunner:
         try:
             values = self.session.run([self._rename.get(n, n) for n in names], feed, _shrink() if release else None)
         except Exception as exc:
-            raise DataError(f"{self.label}: inference failed: {joined(exc) or exc.__class__.__name__}") from None
+            raise DataError(f"{self.label}: inference failed: {whole(exc)}") from None
         return dict(zip(names, values))

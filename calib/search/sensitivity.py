@@ -16,10 +16,12 @@ from calib.errors import CalibError
 from calib.evaluate.report import _png
 from calib.io.files import atomic_write_bytes, atomic_write_json, atomic_write_text, read_bounded
 from calib.io.manifest import record, replaceable
+from calib.io.memory import Budget, parse_size
 from calib.pipeline import staged
 from calib.quantize.cache import Sidecar, write_cache, write_sidecar
 from calib.quantize.model import inspect_model
 from calib.quantize.qdq import Exclusions, insert_qdq, quantizable_layers
+from calib.quantize.shapes import fix_input_shapes
 from calib.recipe import Recipe, input_paths
 from calib.search.fallback import Scorer, best_of, budget_target, layer_inputs, layer_precisions, rank, search
 from calib.version import __version__
@@ -166,7 +168,8 @@ def _sensitivity(recipe: Recipe, stage: Path, out: Path) -> None:
 
     model_path = resolve(recipe.model)
     check_backend(recipe, model_path)
-    info = inspect_model(model_path)
+    info = fix_input_shapes(inspect_model(model_path), recipe.input_shapes, f"{recipe.source}: input_shapes")
+    memory = Budget(parse_size(recipe.memory_budget, "memory_budget"), "memory_budget")
     csrc = make_source(recipe.calibration_data, recipe.preprocess, info.inputs, recipe.calibration.batch_size)
     esrc = make_source(recipe.evaluation_data or recipe.calibration_data, recipe.preprocess, info.inputs,
                        recipe.evaluation.batch_size)  # a bad offset or path: before the pass
@@ -175,10 +178,11 @@ def _sensitivity(recipe: Recipe, stage: Path, out: Path) -> None:
         from calib.pipeline import equalize_model
 
         model_path, info, equalized = equalize_model(model_path, csrc, stage)
+        info = fix_input_shapes(info, recipe.input_shapes)
     algos = list(dict.fromkeys([spec.algorithm, *spec.per_tensor]))
     info, stats, samples, calib_fp = collect(model_path, csrc, label=recipe.calibration_data.path, info=info,
                                              skip_nonfinite=recipe.calibration_data.skip_nonfinite,
-                                             tensorrt_grid=needs_tensorrt_grid(algos),
+                                             tensorrt_grid=needs_tensorrt_grid(algos), budget=memory,
                                              allow_qdq=recipe.calibration.allow_qdq)
     amaxes, _, _ = compute_all(stats, info.activations, algos,
                                {"percentile": {"percentile": recipe.calibration.percentile}}, model=model_path)

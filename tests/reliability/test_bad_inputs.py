@@ -65,10 +65,14 @@ def test_images_of_other_modes_are_converted(workdir):
 
 def test_images_of_other_sizes_without_resize(workdir, tmp_path):
     Image.new("RGB", (30, 20)).save(workdir / "imgs" / "big.png")
-    (workdir / "r.yaml").write_text(TINY.format(kind="folder", path="imgs").replace("preprocess: {resize: [8, 8], mode: exact}\n", ""))
+    recipe = TINY.format(kind="folder", path="imgs")
+    (workdir / "r.yaml").write_text(recipe.replace("preprocess: {resize: [8, 8], mode: exact}\n", ""))
     r = CliRunner().invoke(main, ["--quiet", "run", str(workdir / "r.yaml")])
-    one_line_failure(r)
-    assert no_files(workdir / "out")
+    assert r.exit_code == 0, r.output  # resized to the model's fixed 8 x 8 input, as on the command line
+    (workdir / "r.yaml").write_text(recipe.replace("{resize: [8, 8], mode: exact}", "{resize: [8], mode: shorter}"))
+    r = CliRunner().invoke(main, ["--quiet", "run", str(workdir / "r.yaml"), "--out", str(workdir / "out2")])
+    one_line_failure(r, "the model wants")  # shorter side 8: not the model's 8 x 8
+    assert no_files(workdir / "out2")
 
 
 def test_pickled_npz_is_refused(workdir):

@@ -69,10 +69,11 @@ def test_a_file_name_holding_a_newline_stays_on_one_line(made):
 
 
 def test_onnx_runtime_messages_are_joined_not_cut():
-    from calib.errors import joined
+    from calib.runners.onnxruntime import whole
 
-    assert joined("[ONNXRuntimeError] : 1 : FAIL : Load model failed:\nThis is an invalid model (\n  detail\n)\n") == \
-        "[ONNXRuntimeError] : 1 : FAIL : Load model failed: This is an invalid model ( detail )"
+    assert whole(RuntimeError("[ONNXRuntimeError] : 1 : FAIL : Load model failed:\nThis is an invalid model (\n"
+                              "  detail\n)\n")) == \
+        "[ONNXRuntimeError] : 1 : FAIL : Load model failed: | This is an invalid model ( | detail | )"
 
 
 CUT_DURING_THE_PASS = """

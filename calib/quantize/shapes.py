@@ -1,0 +1,131 @@
+"""Input shapes: the ones a user fixes (--input-shape NAME=DIMS, recipe `input_shapes`, like trtexec's --shapes),
+the batch every run of a model with a fixed batch must have, and the activation bytes one sample costs, from ONNX
+shape inference before any data is read."""
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import onnx
+from onnx import helper
+
+from calib.errors import ModelError
+from calib.quantize.model import FLOAT_TYPES, ModelInfo
+
+log = logging.getLogger(__name__)
+
+_BYTES = {onnx.TensorProto.FLOAT: 4, onnx.TensorProto.FLOAT16: 2, onnx.TensorProto.BFLOAT16: 2,
+          onnx.TensorProto.DOUBLE: 8}
+_LIGHT_MIN = 64
+
+
+def _known(d) -> bool:
+    return isinstance(d, int) and d > 0
+
+
+def dims_text(dims: Sequence) -> str:
+    return "x".join(str(d) if _known(d) else "?" for d in dims)
+
+
+def fix_input_shapes(info: ModelInfo, shapes: Mapping[str, Sequence[int]], where: str = "input_shapes") -> ModelInfo:
+    """`info` with the dynamic or placeholder (0, -1) input dimensions that `shapes` (input -> dims) fixes; an
+    unknown input, a wrong rank or a dimension the model fixes otherwise is a ModelError naming `where` (the
+    option the user typed)."""
+    inputs = {n: (dims, et) for n, dims, et in info.inputs}
+    out = []
+    for name, want in shapes.items():
+        want = tuple(int(d) for d in want)
+        if name not in inputs:
+            raise ModelError(f"{where} {name}={dims_text(want)}: the model has no input '{name}' "
+                             f"(its inputs: {', '.join(inputs)})")
+        have = inputs[name][0]
+        if len(want) != len(have):
+            raise ModelError(f"{where} {name}={dims_text(want)}: input '{name}' has {len(have)} dimensions "
+                             f"({dims_text(have)}), {len(want)} given")
+        if any(d < 1 for d in want):
+            raise ModelError(f"{where} {name}={dims_text(want)}: every dimension must be >= 1")
+        for i, (h, w) in enumerate(zip(have, want)):
+            if _known(h) and h != w:
+                raise ModelError(f"{where} {name}={dims_text(want)}: dimension {i} of input '{name}' is fixed at "
+                                 f"{h} by the model ({dims_text(have)})")
+    for name, (dims, et) in inputs.items():
+        fixed = tuple(shapes[name]) if name in shapes else tuple(d if _known(d) else None for d in dims)
+        out.append((name, tuple(int(d) if d is not None else None for d in fixed), et))
+    return dataclasses.replace(info, inputs=tuple(out))
+
+
+def fixed_batch(info: ModelInfo) -> int | None:
+    """The number of samples every run must hold: the inputs' first dimension where the model (or
+    --input-shape) fixes it, the same for every input; None where the batch is free."""
+    firsts = {dims[0] if dims and _known(dims[0]) else None for _, dims, _ in info.inputs}
+    if len(firsts) == 1:
+        return firsts.pop()
+    return None
+
+
+def _light(model: onnx.ModelProto, dims: Mapping[str, tuple]) -> onnx.ModelProto:
+    """The graph without its large float weights (typed inputs stand in for them), inputs at `dims`."""
+    g0 = model.graph
+    light = onnx.ModelProto()
+    light.ir_version = model.ir_version
+    light.opset_import.extend(model.opset_import)
+    light.functions.extend(model.functions)
+    g = light.graph
+    g.node.extend(g0.node)
+    g.output.extend(helper.make_tensor_value_info(o.name, o.type.tensor_type.elem_type, None) for o in g0.output)
+    init = {t.name for t in g0.initializer}
+    for vi in g0.input:
+        if vi.name in dims:
+            g.input.append(helper.make_tensor_value_info(vi.name, vi.type.tensor_type.elem_type, list(dims[vi.name])))
+        elif vi.name not in init:
+            g.input.append(vi)
+    for t in g0.initializer:
+        if int(np.prod(t.dims)) > _LIGHT_MIN and t.data_type in FLOAT_TYPES:
+            g.input.append(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
+        else:
+            g.initializer.append(t)
+    return light
+
+
+def sample_bytes(model: onnx.ModelProto, info: ModelInfo, dims: Mapping[str, tuple] | None = None) -> int | None:
+    """Bytes of every float activation (graph inputs and node outputs, ModelInfo.activations) for one sample, from
+    ONNX shape inference with the inputs at `dims` (default: info's, which must then be all known; the batch
+    dimension may be left free). None where an input's size is not known. Tensors whose shape inference cannot
+    tell count as the largest one it can."""
+    dims = dict(dims or {n: d for n, d, _ in info.inputs})
+    batch = fixed_batch(info) or 1
+    at = {}
+    for name, d in dims.items():
+        d = tuple(d)
+        if d and not _known(d[0]):
+            d = (batch, *d[1:])
+        if not all(_known(x) for x in d):
+            return None
+        at[name] = d
+    try:
+        g = onnx.shape_inference.infer_shapes(_light(model, at), data_prop=True).graph
+    except Exception as exc:  # a model shape inference fails on: counted from the inputs alone
+        log.warning("shape inference failed (%s); activation sizes unknown", exc)
+        g = _light(model, at).graph
+    sizes, kinds = {}, {}
+    for vi in list(g.input) + list(g.value_info) + list(g.output):
+        t = vi.type.tensor_type
+        if t.HasField("shape") and all(d.HasField("dim_value") and d.dim_value > 0 for d in t.shape.dim):
+            sizes[vi.name] = int(np.prod([d.dim_value for d in t.shape.dim], dtype=np.int64))
+            kinds[vi.name] = t.elem_type
+    first = {n: d[0] if d else 1 for n, d in at.items()}
+    per = max(first.values()) if first else 1
+    largest = max((sizes[n] * _BYTES.get(kinds[n], 4) for n in info.activations if n in sizes), default=0)
+    total, unknown = 0, 0
+    for name in info.activations:
+        if name in sizes:
+            total += sizes[name] * _BYTES.get(kinds[name], 4)
+        else:
+            unknown += 1
+            total += largest
+    if unknown:
+        log.info("%s: %d of %d activations without a size from shape inference (each counted as the largest)",
+                 info.path, unknown, len(info.activations))
+    return max(1, total // max(1, per))

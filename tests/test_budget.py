@@ -1,0 +1,128 @@
+"""The memory budget: runs sized from the activation bytes per sample that shape inference gives, a budget too
+small for one sample refused before any work, and a whole command's peak RSS within its budget."""
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from calib.cli import main
+from calib.errors import BudgetError, CalibError
+from calib.evaluate.metrics import TensorStats
+from calib.io.memory import GB, MB, Budget, parse_size
+from calib.quantize.model import inspect_model, load_model
+from calib.quantize.shapes import fix_input_shapes, sample_bytes
+from calib.runners.budget import PASS, run_samples
+from nets import conv_net
+
+
+def invoke(*args):
+    return CliRunner().invoke(main, ["--quiet", *map(str, args)])
+
+
+def test_activation_bytes_per_sample_come_from_shape_inference(tmp_path):
+    model = conv_net(tmp_path / "m.onnx", ["N", 3, "H", "W"], channels=4)
+    info = inspect_model(model)
+    assert sample_bytes(load_model(model), info) is None  # H, W unknown before data or --input-shape
+    fixed = fix_input_shapes(info, {"images": (1, 3, 16, 24)})
+    # images 3 + conv1 4 + relu1 4 + out 4 channels of 16 x 24 float32
+    assert sample_bytes(load_model(model), fixed) == 4 * 16 * 24 * (3 + 3 * 4)
+    b10 = conv_net(tmp_path / "b10.onnx", [10, 3, 16, 24], channels=4)
+    assert sample_bytes(load_model(b10), inspect_model(b10)) == 4 * 16 * 24 * 15  # per sample, not per run
+
+
+def test_samples_per_run_known_answer():
+    per = 100 * MB
+    # 2 GB - (100 MB held now + 500 MB runtime + 2 x 50 MB weights + 4 batches of 8 x 1 MB input) = 1316 MB,
+    # at 1.25 x 100 MB a sample
+    n = run_samples(Budget(2 * GB), PASS, per, 50 * MB, 1 * MB, 8, "m", now=100 * MB)
+    assert n == int((2048 - 100 - 500 - 100 - 32) * MB // (PASS.per_activation * per)) == 10
+    assert run_samples(Budget(4 * GB), PASS, per, 50 * MB, 1 * MB, 8, "m", now=100 * MB) > n
+    assert run_samples(Budget(2 * GB), PASS, per, 50 * MB, 1 * MB, 8, "m", fixed=10, now=100 * MB) == 10
+    with pytest.raises(BudgetError, match="fixed batch of 11"):
+        run_samples(Budget(2 * GB), PASS, per, 50 * MB, 1 * MB, 8, "m", fixed=11, now=100 * MB)
+    with pytest.raises(BudgetError, match=r"--memory-budget 0\.50 GB: too small for one sample of m"):
+        run_samples(Budget(GB // 2, "--memory-budget"), PASS, per, 50 * MB, 1 * MB, 8, "m", now=100 * MB)
+
+
+def test_sizes_parse_and_errors_name_the_option():
+    assert parse_size("2GB") == 2 * GB and parse_size("512 MB") == 512 * MB and parse_size("1.5") == 3 * GB // 2
+    for bad in ("", "two", "0", "-1GB", "3 parsecs", "nan"):
+        with pytest.raises(CalibError, match="^--memory-budget: "):
+            parse_size(bad, "--memory-budget")
+
+
+def test_a_budget_too_small_for_one_sample_is_refused_before_any_work(tmp_path):
+    model = conv_net(tmp_path / "m.onnx", ["N", 3, 256, 256], channels=8)
+    np.save(tmp_path / "x.npy", np.zeros((4, 3, 256, 256), np.float32))
+    r = invoke("calibrate", model, "--data", tmp_path / "x.npy", "--memory-budget", "300MB", "-o", tmp_path / "c")
+    assert r.exit_code == 2, r.output
+    assert "--memory-budget 300 MB: too small for one sample of the calibration pass of m.onnx" in r.output
+    assert "images 3x256x256 per sample" in r.output and not (tmp_path / "c").exists()
+    r = invoke("calibrate", model, "--data", tmp_path / "x.npy", "--memory-budget", "lots", "-o", tmp_path / "c")
+    assert r.exit_code == 2 and "--memory-budget: 'lots'" in r.output, r.output
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(f"model: {model}\ncalibration_data: {{kind: npy, path: {tmp_path / 'x.npy'}}}\n"
+                      f"memory_budget: 300MB\noutput: {tmp_path / 'run'}\n")
+    r = invoke("run", recipe)
+    assert r.exit_code == 2 and "memory_budget 300 MB: too small for one sample" in r.output, r.output
+    assert not (tmp_path / "run").exists()
+
+
+def test_the_evaluation_keeps_per_sample_sums_in_arrays():
+    s = TensorStats()
+    x = np.ones((50, 7), np.float32)
+    for _ in range(4):
+        s.update(x, x * 0.5, per_row=True)
+    rows = s.row_sums()
+    assert rows.shape == (200, 4) and np.allclose(rows[:, 0], 7.0) and np.allclose(rows[:, 1], 7 * 0.25)
+    assert all(isinstance(p, np.ndarray) for p in s.rows) and sum(p.nbytes for p in s.rows) == 200 * 32
+
+
+_PEAK = """
+import json, resource, sys
+from calib.cli import main
+try:
+    main(sys.argv[1:], standalone_mode=False)
+except SystemExit as exc:
+    assert not exc.code, exc.code
+print(json.dumps(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024))
+"""
+
+
+def _peak(*args) -> int:
+    r = subprocess.run([sys.executable, "-c", _PEAK, "--quiet", *map(str, args)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def test_peak_rss_stays_within_the_budget(tmp_path):
+    # 512 x 512, 16 channels: 53.5 MB of activations per sample, 1.7 GB for a batch of 32 run at once
+    model = conv_net(tmp_path / "m.onnx", ["N", 3, 512, 512], channels=16)
+    np.save(tmp_path / "x.npy", np.random.default_rng(0).normal(size=(32, 3, 512, 512)).astype(np.float32))
+    budget = 1.5 * GB
+    peak = _peak("calibrate", model, "--data", tmp_path / "x.npy", "--batch-size", "32", "--algo", "minmax",
+                 "--memory-budget", "1.5GB", "-o", tmp_path / "c")
+    print(f"peak {peak / MB:.0f} MB")
+    assert peak <= budget, peak / MB
+    roomy = _peak("calibrate", model, "--data", tmp_path / "x.npy", "--batch-size", "32", "--algo", "minmax",
+                  "--memory-budget", "8GB", "-o", tmp_path / "c8")
+    print(f"roomy {roomy / MB:.0f} MB")
+    assert roomy > budget, roomy / MB  # the same command with room for the whole batch in one run: over 1.5 GB
+
+
+def test_evaluate_peak_rss_stays_within_the_budget(tmp_path):
+    model = conv_net(tmp_path / "m.onnx", ["N", 3, 512, 512], channels=16)
+    np.save(tmp_path / "x.npy", np.random.default_rng(0).normal(size=(16, 3, 512, 512)).astype(np.float32))
+    r = invoke("calibrate", model, "--data", tmp_path / "x.npy", "--algo", "minmax,mse", "-o", tmp_path / "c")
+    assert r.exit_code == 0, r.output
+    args = ["evaluate", model, "--cache", tmp_path / "c" / "minmax.cache", "--cache", tmp_path / "c" / "mse.cache",
+            "--data", tmp_path / "x.npy", "--batch-size", "16"]
+    peak = _peak(*args, "--memory-budget", "1GB", "-o", tmp_path / "e")
+    print(f"evaluate peak {peak / MB:.0f} MB")
+    assert peak <= 1 * GB, peak / MB
+    roomy = _peak(*args, "--memory-budget", "8GB", "-o", tmp_path / "e8")
+    print(f"evaluate roomy {roomy / MB:.0f} MB")
+    assert roomy > 1 * GB, roomy / MB  # the whole batch in one run: over 1 GB
