@@ -20,7 +20,8 @@ from calib.io.files import atomic_write_text
 MAX_LAYERS_PLOTTED = 80
 _TASK_ORDER = {"classification": ("agreement_top1", "top1", "agreement_top5"),
                "embedding": ("mean_cosine", "min_cosine"),
-               "detection": ("map50_95_vs_fp32", "map50_vs_fp32", "map50_95_labels", "map50_labels")}
+               "detection": ("map50_95_vs_fp32", "map50_vs_fp32", "recall_vs_fp32", "map50_95_labels", "map50_labels",
+                             "recall_labels")}
 
 
 def task_metrics(entry: dict, task: str) -> dict:
@@ -35,9 +36,13 @@ def task_metrics(entry: dict, task: str) -> dict:
     elif task == "detection":
         out["map50_vs_fp32"] = t.get("vs_fp32", {}).get("map50")
         out["map50_95_vs_fp32"] = t.get("vs_fp32", {}).get("map50_95")
+        if t.get("vs_fp32", {}).get("recall") is not None:
+            out["recall_vs_fp32"] = t["vs_fp32"]["recall"]
         if "vs_labels" in t:
             out["map50_95_labels"] = t["vs_labels"]["map50_95"]
             out["map50_labels"] = t["vs_labels"]["map50"]
+            if t["vs_labels"].get("recall") is not None:
+                out["recall_labels"] = t["vs_labels"]["recall"]
     elif task == "embedding":
         out["mean_cosine"] = t.get("mean_cosine")
         out["min_cosine"] = t.get("min_cosine")
