@@ -72,10 +72,10 @@ def load(text: str, flag: str = "--postprocess") -> Hook:
         spec.loader.exec_module(module)
     except Exception as exc:  # a syntax error or a failing import in the user's file
         sys.modules.pop(name, None)
-        raise ModelError(f"{flag} {text}: {path} failed to load ({type(exc).__name__}: {exc})") from None
+        raise ModelError(f"{flag} {text}: the file failed to load ({type(exc).__name__}: {exc})") from None
     fn = getattr(module, func, None)
     if not callable(fn):
-        raise ModelError(f"{flag} {text}: {path} has no function '{func}'"
+        raise ModelError(f"{flag} {text}: {path.name} has no function '{func}'"
                          + ("" if fn is None else f" ('{func}' is a {type(fn).__name__})"))
     return Hook(path, func, fn)
 
