@@ -201,14 +201,16 @@ def evaluate(model, caches, data_args, batch_size, task, head, postprocess, igno
               "files": ["report.json", "report.md", "report.html"], "model_file": str(model),
               "caches": {name: str(c) for name, c in zip(configs, caches)}, "out_dir": str(out),
               "decoder": res.get("decoder"),
-              "rerun": _rerun(model, data_args, batch_size, res["task"], head, postprocess, deploy, engine_layers)}
+              "rerun": _rerun(model, data_args, batch_size, res["task"], head, postprocess, deploy, engine_layers,
+                              {"--ignore-hash": ignore_hash, "--allow-unknown": allow_unknown,
+                               "--ignore-sidecar": ignore_sidecar, "--allow-partial": allow_partial})}
     publish(out, lambda stage: write_reports(stage, report, HistogramCollector(), {}), "evaluate")
     click.echo(ship_line(report))
     click.echo(verdict_line(report))
     click.echo(f"wrote {Path(out) / 'report.html'}")
 
 
-def _rerun(model, data_args, batch_size, task, head, postprocess, deploy, engine_layers) -> str:
+def _rerun(model, data_args, batch_size, task, head, postprocess, deploy, engine_layers, flags) -> str:
     """This evaluation as a command line without its caches (the report adds the one to ship): the verdict's
     next step runs it again with a layer kept in float."""
     import dataclasses
@@ -225,7 +227,7 @@ def _rerun(model, data_args, batch_size, task, head, postprocess, deploy, engine
              ("--head", head if head != "auto" else None), ("--postprocess", postprocess),
              ("--deploy", deploy if deploy != "implicit" else None), ("--engine-layers", engine_layers)]
     args += [a for k, v in extra if v is not None for a in (k, str(v))]
-    return shlex.join(args)
+    return shlex.join(args + [k for k, v in flags.items() if v])
 
 
 def _shapes(items) -> tuple:

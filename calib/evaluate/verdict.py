@@ -37,6 +37,10 @@ def threshold(metric: str | None) -> float | None:
     return CLOSE.get(metric)
 
 
+def _name(metric: str) -> str:
+    return label(metric).replace(" (dB)", "")  # the value carries its unit
+
+
 def _fmt(v: float, metric: str) -> str:
     if metric.endswith("_db"):
         return f"{v:.1f} dB"
@@ -101,7 +105,7 @@ def verdict(report: dict) -> dict:
                       f"{ship} is close to FP32."
         return out
     close = value >= thr
-    what = f"{label(metric)} {_fmt(value, metric)} for {ship}"
+    what = f"{_name(metric)} {_fmt(value, metric)} for {ship}"
     ci = fig.get("ci95")
     text = (f"**{'Close' if close else 'Not close'} to FP32**: {what}, "
             + (f"at or above the {_fmt(thr, metric)} calib calls close" if close
@@ -121,7 +125,7 @@ def verdict_line(report: dict) -> str:
     if v["close"] is None:
         return v["text"]
     head = "close to FP32" if v["close"] else "NOT close to FP32"
-    line = f"{head}: {label(v['metric'])} {_fmt(v['value'], v['metric'])} (threshold {_fmt(v['threshold'], v['metric'])})"
+    line = f"{head}: {_name(v['metric'])} {_fmt(v['value'], v['metric'])} (threshold {_fmt(v['threshold'], v['metric'])})"
     if v["proxy"]:
         line += ", output SQNR is a proxy for the task"
     if v["next"]:
