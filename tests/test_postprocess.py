@@ -167,3 +167,27 @@ output: out
     r = CliRunner().invoke(main, ["run", str(recipe), "--quiet", "--set", "evaluation.postprocess=yolox_post.py:nope"])
     one_line_error(r, f"{recipe}: evaluation.postprocess {tmp_path / 'yolox_post.py'}:nope: yolox_post.py has no "
                       "function 'nope'")
+
+
+def test_a_head_no_built_in_decoder_fits_is_scored_through_the_hook_in_evaluate_and_the_search(tmp_path):
+    from calib.errors import ModelError
+    from calib.evaluate.api import evaluate
+    from calib.quantize.model import load_model
+    from calib.recipe import DetectionSpec
+    from calib.search.fallback import Scorer
+
+    model = fixed_outputs(tmp_path / "flat.onnx", {"flat": yolox_raw(boxes=BOXES).reshape(1, -1)})
+    hook_file = tmp_path / "flat_post.py"
+    hook_file.write_text("from calib.evaluate import heads\n\n\ndef decode(outputs):\n"
+                         "    y = outputs['flat'].reshape(len(outputs['flat']), 84, 7)\n"
+                         "    return heads.Head('yolox', ('o',), ((8, 8), (4, 4), (2, 2))).candidates({'o': y})\n")
+    hook = postprocess.load(f"{hook_file}:decode")
+    x = np.random.default_rng(0).random((4, 3, 64, 64), dtype=np.float32)
+    with pytest.raises(ModelError, match="needs outputs boxes .* or a postprocess hook"):
+        evaluate(model, {"a": {}}, x, task="detection")
+    res = evaluate(model, {"a": {}}, x, task="detection", postprocess=hook)
+    assert res["fp32_boxes"] == 8 and res["configs"]["a"]["task"]["vs_fp32"]["recall"] == 1.0
+    batches = [({"images": x}, None)]
+    with pytest.raises(ModelError, match="no built-in head fits the outputs flat"):
+        Scorer(load_model(model), {}, batches, "map50")
+    assert Scorer(load_model(model), {}, batches, "map50", DetectionSpec(), hook).fp32_score == 1.0
