@@ -9,7 +9,7 @@ from click.testing import CliRunner
 
 from calib.cli import main
 from calib.evaluate.decision import decide
-from calib.evaluate.report import ship_line
+from calib.evaluate.report import report_json, ship_line
 from calib.evaluate.verdict import PROXY, THRESHOLDS_TEXT, verdict, verdict_line
 
 
@@ -27,7 +27,8 @@ def test_close_states_the_threshold_and_a_low_interval():
     assert v["close"] is True and v["next"] is None and v["threshold"] == 0.99
     assert v["text"].startswith("**Close to FP32**: top-1 agreement with FP32 99.5 % for mse, at or above the "
                                 "99.0 % calib calls close")
-    assert THRESHOLDS_TEXT in v["text"] and "Its 95 % interval reaches down to 98.5 %, below the threshold." in v["text"]
+    assert THRESHOLDS_TEXT in v["text"]
+    assert "Its 95 % interval reaches down to 98.5 %, below the threshold." in v["text"]
     assert verdict(_report("classification", "agreement_top1", 0.989))["close"] is False  # the boundary
 
 
@@ -131,3 +132,18 @@ def test_cli_not_close_names_a_command_that_runs(caches, tiny_model, tiny_data, 
     assert r.exit_code == 0, r.output
     after = json.loads((tmp_path / "bad-exclude" / "report.json").read_text())
     assert after["exclude"] == [layer] and np.isfinite(after["verdict"]["value"])
+
+
+def test_no_verdict_without_a_value():
+    v = verdict(_report("detection", "map50_95_vs_fp32", None))
+    assert v["close"] is None and v["text"] == "calib cannot say whether mse is close to FP32: no value of mAP50:95 " \
+                                               "vs FP32 for mse."
+    assert verdict_line({"verdict": v}) == v["text"]
+
+
+def test_an_infinite_sqnr_read_back_from_report_json():
+    v = verdict(_report("outputs", "out_sqnr_db", float("inf")))
+    assert v["close"] is True
+    back = json.loads(report_json({"verdict": v}))["verdict"]  # strict JSON: inf is null
+    assert back["value"] is None and verdict_line({"verdict": back}).startswith(
+        "close to FP32: out SQNR vs FP32 inf (threshold 20.0 dB)")

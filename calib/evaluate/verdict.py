@@ -82,9 +82,10 @@ def next_step(report: dict, summary: dict) -> str:
         kept = "".join(f" --exclude {shlex.quote(p)}" for p in report.get("exclude") or ())
         out.append(f"`{rerun} --cache {cache}{kept} --exclude {shlex.quote(layer['tensor'])} --out "
                    f"{shlex.quote(ship + '-exclude')}`: "
-                   f"the same evaluation with the worst layer ({layer['op_type']} `{layer['tensor']}`, "
-                   f"{layer['sqnr_db']:.1f} dB) kept in float; add more --exclude until it is close, then deploy with "
-                   "the commands that report prints")
+                   f"the same evaluation with the worst layer ({layer['op_type']} `{layer['tensor']}`"
+                   + (f", {layer['sqnr_db']:.1f} dB" if isinstance(layer.get("sqnr_db"), (int, float)) else "")
+                   + ") kept in float; add more --exclude until it is close, then deploy with the commands that "
+                   "report prints")
     out.append(f"with a recipe, `{_sensitivity('RECIPE', ship, metric)}` searches for the fewest layers to keep in "
                "FP16 (a recipe is a YAML file naming the model, the data and the preprocessing)")
     return "; or ".join(out) + "."
@@ -100,9 +101,10 @@ def verdict(report: dict) -> dict:
     thr = threshold(metric)
     out = {"close": None, "metric": metric, "value": value, "threshold": thr, "thresholds": THRESHOLDS_TEXT,
            "proxy": is_proxy(metric), "next": None}
-    if value is None or thr is None:
-        out["text"] = f"No threshold for {label(metric) if metric else 'this evaluation'}: calib cannot say whether " \
-                      f"{ship} is close to FP32."
+    if value is None or thr is None or value != value:
+        why = f"no threshold for {label(metric)}" if thr is None and metric else \
+            f"no value of {label(metric) if metric else 'a metric'} for {ship}"
+        out.update(value=None, text=f"calib cannot say whether {ship} is close to FP32: {why}.")
         return out
     close = value >= thr
     what = f"{_name(metric)} {_fmt(value, metric)} for {ship}"
@@ -125,7 +127,10 @@ def verdict_line(report: dict) -> str:
     if v["close"] is None:
         return v["text"]
     head = "close to FP32" if v["close"] else "NOT close to FP32"
-    line = f"{head}: {_name(v['metric'])} {_fmt(v['value'], v['metric'])} (threshold {_fmt(v['threshold'], v['metric'])})"
+    m = v["metric"]
+    # report.json writes an infinite SQNR (outputs identical to FP32) as null
+    shown = _fmt(v["value"], m) if v["value"] is not None else ("inf" if v["close"] else "-inf")
+    line = f"{head}: {_name(m)} {shown} (threshold {_fmt(v['threshold'], m)})"
     if v["proxy"]:
         line += ", output SQNR is a proxy for the task"
     if v["next"]:
