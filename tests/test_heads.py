@@ -146,3 +146,21 @@ def test_evaluate_decodes_with_the_recognized_head_and_names_it(yolox_model, tmp
                                   "yolov8", "--out", str(tmp_path / "rep3")])
     assert r.exit_code == 2 and len(r.output.strip().splitlines()) == 1, r.output
     assert "detection format yolov8 does not fit its outputs output [N, 84, 7]" in r.output
+
+
+def test_box_recall_known_answer():
+    from calib.evaluate.metrics import Detections
+    from calib.evaluate.recall import Recall, figures, found
+
+    ref = [[0, 0, 10, 10], [20, 20, 30, 30], [40, 40, 50, 50]]
+    boxes = np.array([[1, 1, 10, 10], [0, 0, 10, 10], [20, 20, 30, 30], [60, 60, 70, 70]], np.float64)
+    scores, classes = np.array([0.9, 0.8, 0.7, 0.6]), np.array([0, 0, 1, 0])
+    # box 0 finds ref 0 (IoU 0.81); box 1 cannot take it again; box 2 has the wrong class; box 3 overlaps nothing
+    assert found(ref, [0, 0, 0], boxes, scores, classes) == 1
+    assert found(ref, [0, 1, 0], boxes, scores, classes) == 2
+    r = Recall()
+    r.add(ref, [0, 1, 0], Detections(boxes, scores, classes))
+    r.add(np.zeros((0, 4)), [], Detections(boxes, scores, classes))  # an image without boxes counts for nothing
+    assert r.value() == pytest.approx(2 / 3)
+    figs, _ = figures({"vs_fp32": r}, 2)
+    assert figs["recall_vs_fp32"]["value"] == pytest.approx(2 / 3) and figs["recall_vs_fp32"]["boxes"] == 3
