@@ -14,6 +14,7 @@ from calib.data.sources import make_source
 from calib.deploy.plugins import cut_file
 from calib.errors import RecipeError
 from calib.evaluate.api import evaluate
+from calib.evaluate.postprocess import load as load_hook
 from calib.evaluate.report import primary_score, summary, write_reports
 from calib.evaluate.tasks import check_task
 from calib.io.files import atomic_write_bytes
@@ -143,8 +144,11 @@ def _run(recipe: Recipe, stage: Path, final: Path | None = None) -> None:
     c = recipe.calibration
     check_backend(recipe, model_path)
     task = recipe.evaluation.task
-    check_task(model_path, task, recipe.evaluation.detection.format if task == "detection" else None,
-               "evaluation.task", f"{recipe.source}: model {model_path}")
+    hook = load_hook(recipe.evaluation.postprocess, f"{recipe.source}: evaluation.postprocess") \
+        if recipe.evaluation.postprocess else None  # a missing function or a failing file: before the pass
+    if hook is None:
+        check_task(model_path, task, recipe.evaluation.detection.format if task == "detection" else None,
+                   "evaluation.task", f"{recipe.source}: model {model_path}", "evaluation.detection.format")
     csrc = make_source(recipe.calibration_data, recipe.preprocess, inputs, c.batch_size)
     espec = recipe.evaluation_data or recipe.calibration_data
     trt_backend = recipe.backend.kind == "tensorrt"
@@ -200,7 +204,7 @@ def _run(recipe: Recipe, stage: Path, final: Path | None = None) -> None:
     try:
         result = evaluate(model_path, configs, esrc, recipe.evaluation.task, recipe.evaluation.detection,
                           exclude=exclude, engines=engines, precision=precision, memory_budget=budget,
-                          input_shapes=recipe.input_shapes)
+                          input_shapes=recipe.input_shapes, postprocess=hook)
         if es is not None:
             trt_engines.time_engines(es, make_source(espec, recipe.preprocess, inputs, recipe.backend.batch_size),
                                      recipe.backend.batch_size)
@@ -229,6 +233,7 @@ def _run(recipe: Recipe, stage: Path, final: Path | None = None) -> None:
               "evaluation": {"samples": result["samples"], "configs": result["configs"]},
               "precision_model": {**pm.to_json(), "text": pm.describe()},
               "fp32_task": result.get("fp32_task"), "summary": summ, "qdq_model": qdq_name, "files": files,
+              "decoder": result.get("decoder"),
               "model_file": str(_deployed_file(deployed, model_path, plugins, equalized, final or recipe.output)),
               "out_dir": str(final or recipe.output),
               "caches": {a: f"{final or recipe.output}/{a}.cache" for a in c.algorithms}}

@@ -87,7 +87,9 @@ class CalibrationSpec:
 
 @dataclass(frozen=True)
 class DetectionSpec:
-    format: str = field(default="yolov3", metadata={"choices": ("yolov3", "yolov8")})
+    # the head that decodes the outputs (calib.evaluate.heads; `auto`: the one the output shapes fit)
+    format: str = field(default="auto", metadata={"choices": ("auto", "boxes-scores", "yolov5", "yolox", "yolov8",
+                                                              "yolov3")})
     conf_threshold: float = field(default=0.25, metadata=UNIT)
     iou_threshold: float = field(default=0.45, metadata=UNIT)
     max_detections: int = field(default=100, metadata=POSITIVE)
@@ -106,6 +108,8 @@ class EvaluationSpec:
     # from that engine instead of predicted by rules (calib.deploy.precision)
     deploy: str = field(default="implicit", metadata={"choices": ("implicit", "qdq")})
     engine_layers: str | None = field(default=None, metadata=PATH)
+    # FILE.py:FUNCTION turning a batch of outputs into detections or class scores (calib.evaluate.postprocess)
+    postprocess: str | None = field(default=None, metadata={"hook": True})
 
 
 @dataclass(frozen=True)
@@ -235,6 +239,8 @@ def _convert(value, tp, key: str, ctx: _Ctx, meta):
             ctx.fail(key, f"expected a string, got {value!r}")
         if meta.get("path") and not value.strip():
             ctx.fail(key, "empty path")
+        if meta.get("hook"):
+            return _hook_path(value, key, ctx)
         if meta.get("path") and not value.startswith("zoo:"):
             p = Path(value).expanduser()
             p = p if p.is_absolute() else ctx.base / p
@@ -243,6 +249,18 @@ def _convert(value, tp, key: str, ctx: _Ctx, meta):
             return str(p)
         return value
     ctx.fail(key, f"unsupported type {_type_name(tp)}")
+
+
+def _hook_path(value: str, key: str, ctx: _Ctx) -> str:
+    """FILE.py:FUNCTION with FILE resolved against the recipe's folder and checked to exist."""
+    path, sep, func = value.rpartition(":")
+    if not sep or not path.endswith(".py") or not func.isidentifier():
+        ctx.fail(key, f"expected FILE.py:FUNCTION, got '{value}'")
+    p = Path(path).expanduser()
+    p = p if p.is_absolute() else ctx.base / p
+    if not p.is_file():
+        ctx.fail(key, f"file not found: {p}")
+    return f"{p}:{func}"
 
 
 def _build(cls, raw: dict, ctx: _Ctx, prefix: str = ""):

@@ -134,6 +134,7 @@ def test_detection_evaluation_against_coco_labels(tmp_path):
     assert t["vs_fp32"]["map50_95"] == pytest.approx(1.0)  # same boxes as FP32
     # class 0 found exactly (AP 1), class 1 box is elsewhere (AP 0): mean 0.5
     assert t["vs_labels"]["map50_95"] == pytest.approx(0.5, abs=0.01)
+    assert t["vs_labels"]["recall"] == 0.5 and t["vs_fp32"]["recall"] == 1.0  # box recall: the same boxes
 
 
 def test_report_drop_column():

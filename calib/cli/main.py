@@ -42,6 +42,7 @@ def run(ctx, recipe, out, overrides, quiet):
     """Run a whole RECIPE: calibrate, simulate INT8, compare with FP32, write caches and report."""
     from calib.evaluate.report import ship_line
     from calib.evaluate.report_doc import shown_path
+    from calib.evaluate.verdict import verdict_line
     from calib.io.progress import set_quiet
     from calib.io.reading import read_json
     from calib.pipeline import run_recipe
@@ -51,7 +52,9 @@ def run(ctx, recipe, out, overrides, quiet):
         set_quiet(True)
     r = load_recipe(recipe, overrides)
     path = run_recipe(r, out, verbose=ctx.obj["verbose"])
-    click.echo(ship_line(read_json(Path(path) / "report.json", 256 << 20, "report")))
+    rep = read_json(Path(path) / "report.json", 256 << 20, "report")
+    click.echo(ship_line(rep))
+    click.echo(verdict_line(rep))
     click.echo(f"wrote {shown_path(Path(path) / 'report.html')}")
 
 
@@ -134,6 +137,14 @@ def calibrate(model, data_args, algo, batch_size, percentile, trt_version, carri
               help="classification: top-1/top-5 agreement (and accuracy with class subfolders); detection: mAP "
                    "against FP32's detections (and the labels of a COCO/YOLO set); refused where the model's "
                    "outputs do not fit.")
+@click.option("--head", default="auto", show_default=True,
+              type=click.Choice(["auto", "boxes-scores", "yolov5", "yolox", "yolov8", "yolov3"]),
+              help="Decoder of a detector's outputs (implies --task detection): boxes-scores ([N, A, 4] + [N, A, C]), "
+                   "yolov5 ([N, A, 5 + C], boxes in pixels), yolox ([N, A, 5 + C] raw grid, strides 8/16/32), "
+                   "yolov8 ([N, 4 + C, A]); auto: the one the output shapes fit.")
+@click.option("--postprocess", metavar="FILE.py:FUNCTION",
+              help="Your function turning a batch of outputs {name: array} into detections (per image: boxes "
+                   "[K, 4] xyxy, scores [K], classes [K]) or class scores [N, C]; the task follows what it returns.")
 @click.option("--ignore-hash", is_flag=True, help="Use a cache whose sidecar names another model.")
 @click.option("--allow-unknown", is_flag=True, help="Use a cache naming tensors the model lacks (ignored).")
 @click.option("--exclude", multiple=True,
@@ -149,11 +160,13 @@ def calibrate(model, data_args, algo, batch_size, percentile, trt_version, carri
 @click.option("--out", "-o", required=True, type=click.Path(file_okay=False))
 @_handled
 @with_data
-def evaluate(model, caches, data_args, batch_size, task, ignore_hash, allow_unknown, exclude, layerwise,
-             ignore_sidecar, allow_partial, deploy, engine_layers, allow_qdq, input_shapes, memory_budget, out):
+def evaluate(model, caches, data_args, batch_size, task, head, postprocess, ignore_hash, allow_unknown, exclude,
+             layerwise, ignore_sidecar, allow_partial, deploy, engine_layers, allow_qdq, input_shapes, memory_budget,
+             out):
     """Compare MODEL in FP32 with its INT8 simulation under each --cache; write a report to OUT."""
     from calib.evaluate.api import evaluate as run_eval
     from calib.evaluate.report import ship_line, summary, write_reports
+    from calib.evaluate.verdict import verdict_line
     from calib.evaluate.tasks import check_task, detection_format, output_shapes
     from calib.io.publish import publish
     from calib.pipeline import deployed_precision
@@ -164,10 +177,18 @@ def evaluate(model, caches, data_args, batch_size, task, ignore_hash, allow_unkn
     from calib.recipe import DetectionSpec
     from calib.stats.histogram import HistogramCollector
 
+    hook = None
+    if postprocess:
+        from calib.evaluate.postprocess import load as load_hook
+
+        hook = load_hook(postprocess)  # a missing file or function: one line, before the model is read
+    if head != "auto" and task not in ("outputs", "detection"):
+        raise CalibError(f"--head {head} decodes a detector's outputs: it goes with --task detection, not {task}")
+    task = "detection" if head != "auto" and task == "outputs" else task
     proto = load_model(model)
     check_fp32(proto, model, allow_qdq)
-    found = check_task(proto, task, label=str(model))
-    if task == "outputs" and detection_format(output_shapes(proto)):
+    found = None if hook else check_task(proto, task, head if task == "detection" else None, label=str(model))
+    if task == "outputs" and not hook and detection_format(output_shapes(proto)):
         click.echo(f"note: {model} is a detector: --task detection adds mAP against FP32's boxes to the report; "
                    "this one compares the outputs only", err=True)
     shapes, budget = parse_shapes(input_shapes), parse_budget(memory_budget)
@@ -187,7 +208,7 @@ def evaluate(model, caches, data_args, batch_size, task, ignore_hash, allow_unkn
     pm = deployed_precision(model, deploy, engine_layers, "--engine-layers")
     res = run_eval(model, configs, src, task, detection, exclude={n: ex for n in configs}, layerwise=layerwise,
                    precision={n: pm for n in configs}, memory_budget=budget, input_shapes=shapes,
-                   option_names=CLI_NAMES)
+                   option_names=CLI_NAMES, postprocess=hook)
     report = {"recipe": Path(model).stem, "model": str(model), "model_sha256": info.sha256,
               "calibration": {"samples": calib_samples.pop() if len(calib_samples) == 1 else None},
               "evaluation": {"samples": res["samples"], "configs": res["configs"]},
@@ -195,13 +216,38 @@ def evaluate(model, caches, data_args, batch_size, task, ignore_hash, allow_unkn
               "precision_model": {**pm.to_json(), "text": pm.describe()},
               "fp32_task": res.get("fp32_task"), "summary": summary(res),
               "files": ["report.json", "report.md", "report.html"], "model_file": str(model),
-              "caches": {name: str(c) for name, c in zip(configs, caches)}, "out_dir": str(out)}
+              "caches": {name: str(c) for name, c in zip(configs, caches)}, "out_dir": str(out),
+              "decoder": res.get("decoder"),
+              "rerun": _rerun(model, data_args, batch_size, res["task"], head, postprocess, deploy, engine_layers,
+                              {"--ignore-hash": ignore_hash, "--allow-unknown": allow_unknown,
+                               "--ignore-sidecar": ignore_sidecar, "--allow-partial": allow_partial})}
     from calib.quantize.cache import sidecar_path
 
     inputs = [model, engine_layers, data_args.data, *caches, *(sidecar_path(c) for c in caches)]
     publish(out, lambda stage: write_reports(stage, report, HistogramCollector(), {}), "evaluate", inputs=inputs)
     click.echo(ship_line(report))
+    click.echo(verdict_line(report))
     click.echo(f"wrote {Path(out) / 'report.html'}")
+
+
+def _rerun(model, data_args, batch_size, task, head, postprocess, deploy, engine_layers, flags) -> str:
+    """This evaluation as a command line without its caches (the report adds the one to ship): the verdict's
+    next step runs it again with a layer kept in float."""
+    import dataclasses
+    import shlex
+
+    args = ["calib", "evaluate", str(model)]
+    for f in dataclasses.fields(data_args):
+        v = getattr(data_args, f.name)
+        if v is None or v is False or v == f.default:
+            continue
+        flag = "--" + f.name.replace("_", "-")
+        args += [flag] if v is True else [flag, str(v)]
+    extra = [("--batch-size", batch_size if batch_size != 8 else None), ("--task", task if task != "outputs" else None),
+             ("--head", head if head != "auto" else None), ("--postprocess", postprocess),
+             ("--deploy", deploy if deploy != "implicit" else None), ("--engine-layers", engine_layers)]
+    args += [a for k, v in extra if v is not None for a in (k, str(v))]
+    return shlex.join(args + [k for k, v in flags.items() if v])
 
 
 def _shapes(items) -> tuple:

@@ -11,8 +11,11 @@ from calib.data.rebatch import FixedBatches
 from calib.errors import DataError, called
 from calib.evaluate import confidence
 from calib.evaluate.detect import DetectionTally
+from calib.evaluate.heads import image_hw
 from calib.evaluate.layerwise import Comparison, Simulator
 from calib.evaluate.metrics import Classification
+from calib.evaluate.postprocess import load as load_hook
+from calib.evaluate.recall import figures as recall_figures
 from calib.evaluate.tasks import check_task
 from calib.io.memory import Budget
 from calib.io.progress import bar
@@ -50,7 +53,7 @@ def _batches(source):
 def evaluate(model, caches: dict, source, task: str = "outputs", detection: DetectionSpec = DetectionSpec(),
              exclude: dict | None = None, layerwise: bool = True, engines: dict | None = None,
              checks=None, batch_size: int = 8, precision: dict | None = None, memory_budget: Budget | None = None,
-             input_shapes: dict | None = None, option_names=None) -> dict:
+             input_shapes: dict | None = None, option_names=None, postprocess=None) -> dict:
     """Compare FP32 with INT8 simulations, one per entry of `caches` (name -> cache path or {tensor: amax}), and
     with `engines` (name -> a runner of the same model, e.g. a TensorRT engine; compared on the outputs).
     Cache paths are checked like the CLI's (`checks`: a calib.quantize.cachecheck.CacheChecks for its override flags).
@@ -63,10 +66,16 @@ def evaluate(model, caches: dict, source, task: str = "outputs", detection: Dete
     The runs hold as many samples as `memory_budget` (default 2 GB) allows, from the activation bytes per sample
     that shape inference gives (calib.runners.budget); a model with a fixed batch runs exactly that many, a
     remainder that cannot fill a run left out and said. `input_shapes` fixes dynamic input dimensions; `option_names`
-    maps recipe keys to the flags the user typed, for the messages."""
+    maps recipe keys to the flags the user typed, for the messages.
+    `postprocess`: FILE.py:FUNCTION (or a loaded calib.evaluate.postprocess.Hook) turning a batch of outputs into
+    detections or class scores; the task is then what it returns (`task` outputs), or must be."""
     from calib.data.arrays import as_source
 
-    check_task(model, task, detection.format if task == "detection" else None)
+    hook = load_hook(postprocess) if isinstance(postprocess, str) else postprocess
+    if hook is None:
+        check_task(model, task, detection.format if task == "detection" else None)
+    elif task not in ("outputs", "classification", "detection"):
+        raise DataError(f"{hook.label}: a postprocess hook gives detections or class scores, not task '{task}'")
     info = fix_input_shapes(inspect_model(model), input_shapes or {}, called("input_shapes", option_names))
     source = as_source(source, info.inputs, batch_size)
     configs = _configs(caches, info, checks)
@@ -82,7 +91,7 @@ def evaluate(model, caches: dict, source, task: str = "outputs", detection: Dete
     names = list(configs) + list(engines)
     comps = {n: Comparison(n, outputs=tuple(info.outputs)) for n in names}
     cls = {n: Classification() for n in names}
-    det = DetectionTally(detection, names, info.outputs) if task == "detection" else None
+    det = DetectionTally(detection, names, info.outputs, decoder=hook) if task == "detection" else None
     perturbed = {n for n, r in engines.items() if layerwise and getattr(r, "perturbed", False)}  # compare every output
     n = 0
     groups, labelled_groups = [], []  # per sample: its group (crops of one photo share one), for the bootstrap
@@ -97,16 +106,21 @@ def evaluate(model, caches: dict, source, task: str = "outputs", detection: Dete
             groups += gs
             labelled_groups += [g for s, g in zip(samples, gs) if _labelled(s)]
             ref, tests = sim.compare(batch, comps, keep_reference=bool(perturbed),
-                                     keep_outputs=bool(engines) or task != "outputs")
+                                     keep_outputs=bool(engines) or task != "outputs" or hook is not None)
             for name, runner in engines.items():
                 tests[name] = runner.run(batch, None if name in perturbed else list(info.outputs))
                 comps[name].update(ref, tests[name])
-            for name, test in tests.items():
-                if task == "classification":
-                    out = info.outputs[0]
-                    cls[name].update(ref[out], test[out], [getattr(s, "label", None) for s in samples])
+            if hook is not None and n == 0:
+                task = hook_task(hook, ref, task, info.outputs)
+                if task == "detection" and det is None:
+                    det = DetectionTally(detection, names, info.outputs, decoder=hook)
+            if task == "classification":
+                labels = [getattr(s, "label", None) for s in samples]
+                r = _scores(hook, ref, info.outputs)
+                for name, test in tests.items():
+                    cls[name].update(r, _scores(hook, test, info.outputs), labels)
             if det is not None:
-                det.update(ref, tests, samples, meta, n)
+                det.update(ref, tests, samples, meta, n, image_hw(batch))
             k = next(iter(batch.values())).shape[0]
             n += k
             pbar.update(k)
@@ -135,12 +149,34 @@ def evaluate(model, caches: dict, source, task: str = "outputs", detection: Dete
         elif det_res is not None:
             entry["task"] = det_res[name]
         result["configs"][name] = entry
+    if hook is not None or det is not None:
+        result["decoder"] = hook.describe() if hook is not None else det.describe()
     if det_res is not None:
         result["fp32_task"] = det_res["fp32"]
         result["fp32_boxes"] = det_res["fp32_boxes"]
         result["conf_threshold"] = detection.conf_threshold  # what makes a box a reference box
     _intervals(result, names, task, info.outputs, comps, cls, det, groups, labelled_groups)
     return result
+
+
+def hook_task(hook, ref: dict, task: str, outputs) -> str:
+    """The task a postprocess hook's result on the first FP32 batch scores: detection or classification
+    (`task` outputs takes it; another task must be it)."""
+    kind, _ = hook({o: ref[o] for o in outputs})
+    if task not in ("outputs", kind):
+        shown = "class scores [N, C]" if kind == "classification" else "detections"
+        raise DataError(f"{hook.label} returned {shown}, which task '{task}' cannot score (task {kind} does)")
+    return kind
+
+
+def _scores(hook, outputs: dict, names) -> object:
+    """Class scores of a batch: the hook's where one is given, else the model's first output."""
+    if hook is None:
+        return outputs[names[0]]
+    kind, got = hook({o: outputs[o] for o in names})
+    if kind != "classification":
+        raise DataError(f"{hook.label} returned detections for one batch and class scores for another")
+    return got
 
 
 def _labelled(sample) -> bool:
@@ -163,6 +199,8 @@ def _intervals(result: dict, names, task: str, outputs, comps, cls, det, groups=
         elif det is not None:
             f2, r2 = confidence.detection_figures(result["configs"][name]["task"], det.matches[name],
                                                   len(det.images), groups=groups)
+            f3, r3 = recall_figures(det.recall[name], len(det.images), groups)
+            f2, r2 = {**f2, **f3}, {**r2, **r3}
         else:
             f2, r2 = {}, {}
         figs[name], reps[name] = {**f2, **f}, {**r2, **r}

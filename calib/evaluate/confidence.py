@@ -24,6 +24,8 @@ LABELS = {
     "map50_vs_fp32": "mAP50 vs FP32",
     "map50_95_labels": "mAP50:95 vs labels",
     "map50_labels": "mAP50 vs labels",
+    "recall_vs_fp32": "box recall vs FP32 (IoU 0.5)",
+    "recall_labels": "box recall vs labels (IoU 0.5)",
     "min_output_sqnr_db": "lowest output SQNR (dB)",
     "mean_cosine": "mean cosine to FP32 (per sample)",
     "min_cosine": "lowest cosine to FP32 (one sample)",

@@ -100,6 +100,10 @@ def decide(evaluation: dict, candidates: list[str], fallback_score=None) -> dict
                 "reason": f"the evaluation is too small to decide: {'; '.join(warnings)}. {ship} has the highest "
                           f"point estimate, {how}"}
     if comp is not None and comp.get("significant"):
+        if key.endswith("_sqnr_db"):  # a proxy: closer outputs, not a better task (calib.evaluate.verdict)
+            return {**d, "status": "best", "best": ship,
+                    "reason": f"{ship}'s outputs are closer to FP32 than the runner-up's beyond noise, {how}; "
+                              "output SQNR is a proxy that can disagree with the model's task"}
         return {**d, "status": "best", "best": ship,
                 "reason": f"{ship} is better than the runner-up beyond noise, {how}"}
     return {**d, "status": "tie", "best": None,

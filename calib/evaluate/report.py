@@ -15,12 +15,14 @@ import numpy as np
 from calib.evaluate import report_doc as doc
 from calib.evaluate.confidence import label
 from calib.evaluate.decision import decide
+from calib.evaluate.verdict import PROXY, is_proxy, verdict
 from calib.io.files import atomic_write_text
 
 MAX_LAYERS_PLOTTED = 80
 _TASK_ORDER = {"classification": ("agreement_top1", "top1", "agreement_top5"),
                "embedding": ("mean_cosine", "min_cosine"),
-               "detection": ("map50_95_vs_fp32", "map50_vs_fp32", "map50_95_labels", "map50_labels")}
+               "detection": ("map50_95_vs_fp32", "map50_vs_fp32", "recall_vs_fp32", "map50_95_labels", "map50_labels",
+                             "recall_labels")}
 
 
 def task_metrics(entry: dict, task: str) -> dict:
@@ -35,9 +37,13 @@ def task_metrics(entry: dict, task: str) -> dict:
     elif task == "detection":
         out["map50_vs_fp32"] = t.get("vs_fp32", {}).get("map50")
         out["map50_95_vs_fp32"] = t.get("vs_fp32", {}).get("map50_95")
+        if t.get("vs_fp32", {}).get("recall") is not None:
+            out["recall_vs_fp32"] = t["vs_fp32"]["recall"]
         if "vs_labels" in t:
             out["map50_95_labels"] = t["vs_labels"]["map50_95"]
             out["map50_labels"] = t["vs_labels"]["map50"]
+            if t["vs_labels"].get("recall") is not None:
+                out["recall_labels"] = t["vs_labels"]["recall"]
     elif task == "embedding":
         out["mean_cosine"] = t.get("mean_cosine")
         out["min_cosine"] = t.get("min_cosine")
@@ -123,7 +129,9 @@ def ship_line(report: dict) -> str:
     """The decision in one line, for the terminal: the cache to ship and how sure."""
     d = report["summary"]["decision"]
     ship = d["ship"]
-    how = {"best": f"better than {d.get('runner_up')} beyond noise", "only_one": "the only one evaluated",
+    best = (f"outputs closer to FP32 than {d.get('runner_up')}'s beyond noise (output SQNR, a proxy for the task)"
+            if is_proxy(d.get("metric")) else f"better than {d.get('runner_up')} beyond noise")
+    how = {"best": best, "only_one": "the only one evaluated",
            "tie": "no significant difference from " + ", ".join(d.get("tied") or [d.get("runner_up") or "-"]),
            "too_small": "provisionally, the evaluation is too small to decide",
            "no_intervals": "the highest point estimate"}.get(d["status"], d["status"])
@@ -274,6 +282,17 @@ def _worst_table(layers: list[dict]) -> tuple:
             [[f"`{l['tensor']}`", l["op_type"], cell(l, "sqnr_db"), cell(l, "cosine")] for l in layers])
 
 
+def _verdict_blocks(report: dict) -> list[tuple]:
+    """The absolute verdict (calib.evaluate.verdict), its next step, and the proxy caveat without a task metric."""
+    v = report.get("verdict") or verdict(report)
+    out = [("p", v["text"])]
+    if v.get("next"):
+        out.append(("p", f"Next step: {v['next']}"))
+    if v.get("proxy") or report["summary"]["task"] == "outputs":
+        out.append(("warn", PROXY))
+    return out
+
+
 def blocks(report: dict, layer_png: str | None = None, hist_pngs=()) -> list[tuple]:
     s = report["summary"]
     ship = s["best"]
@@ -281,12 +300,14 @@ def blocks(report: dict, layer_png: str | None = None, hist_pngs=()) -> list[tup
     unit = "images" if s["task"] == "detection" else "samples"
     out = [("h1", f"calib report: {report['recipe']}")]
     out += doc.ship_sentence(s, report.get("caches", {}), bool(report.get("recipe_file")))
+    out += _verdict_blocks(report)
     out += [doc.results_table(s)]
     meta = (f"Model `{report['model']}` (sha256 {report['model_sha256'][:12]})"
             + (f", calibrated on {calib_n} samples" if isinstance(calib_n, int) else "")
             + f", evaluated on {report['evaluation']['samples']} {unit} ({s['task']}"
             + (f", {s['fp32_boxes']} FP32 boxes" if s.get("fp32_boxes") is not None else "")
-            + "). " + _simulation_text(report) + " " + doc.method_text(s))
+            + "). " + (f"Decoded by {report['decoder']}. " if report.get("decoder") else "")
+            + _simulation_text(report) + " " + doc.method_text(s))
     out += [("p", meta.strip())]
     out += [("h2", "Deploy"), ("code", doc.deploy_commands(report, ship)),
             ("h2", "What to try next"), ("list", doc.next_steps(report, s))]
@@ -346,6 +367,7 @@ def report_json(report: dict) -> str:
 
 def write_reports(out_dir, report: dict, stats, amax: dict, n_hist: int = 6) -> list[str]:
     s = report["summary"]
+    report.setdefault("verdict", verdict(report))
     worst = [l["tensor"] for l in s["worst_layers"].get(s["best"], [])][:n_hist]
     atomic_write_text(f"{out_dir}/report.json", report_json(report))
     atomic_write_text(f"{out_dir}/report.md", markdown(report))

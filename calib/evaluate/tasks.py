@@ -2,7 +2,8 @@
 
 classification: one output of class scores [N, C] (or [N, C, 1, 1]);
 embedding: one output of vectors [N, D] (a sentence encoder), compared by cosine per sample;
-detection: `boxes` [N, A, 4] and `scores` [N, A, C] (calib's YOLOv3 import), or one [N, 4 + C, A] (YOLOv8).
+detection: a head calib.evaluate.heads decodes (boxes + scores outputs, [N, A, 5 + C] YOLOv5/YOLOX, [N, 4 + C, A]
+YOLOv8), or any outputs with a postprocess hook (calib.evaluate.postprocess), which then decides the task.
 A task that does not fit is refused with one line naming the model and its outputs (an agreement computed on
 box coordinates means nothing)."""
 from __future__ import annotations
@@ -12,6 +13,7 @@ from pathlib import Path
 import onnx
 
 from calib.errors import ModelError
+from calib.evaluate import heads
 
 TASKS = ("outputs", "classification", "detection", "embedding")
 
@@ -37,17 +39,13 @@ def _show(shapes: dict) -> str:
 
 
 def detection_format(shapes: dict) -> str | None:
-    """yolov3 | yolov8 where the outputs have that layout, else None."""
-    b, s = shapes.get("boxes", ()), shapes.get("scores", ())
-    if "boxes" in shapes and "scores" in shapes and (b is None or (len(b) == 3 and b[-1] in (4, None))) \
-            and (s is None or len(s) == 3):
-        return "yolov3"
-    if len(shapes) == 1:
-        (only,) = shapes.values()
-        if only is not None and len(only) == 3 and (only[1] is None or only[1] > 4) and \
-                (only[1] is None or only[2] is None or only[2] > only[1]):
-            return "yolov8"
-    return None
+    """The built-in head these outputs fit (calib.evaluate.heads): its name where one family fits, `auto` where
+    the values decide (an [N, A, 5 + C] head: raw YOLOX or decoded), None where none fits."""
+    fits = heads.fitting(shapes)
+    if not fits:
+        return None
+    family = [h for h in fits if h != "yolox"]
+    return family[0] if len(family) == 1 and family[0] != "yolov5" else "auto"
 
 
 def is_classifier(shapes: dict) -> bool:
@@ -59,9 +57,10 @@ def is_classifier(shapes: dict) -> bool:
 
 
 def check_task(model: str | Path | onnx.ModelProto, task: str, detection_format_wanted: str | None = None,
-               flag: str = "--task", label: str | None = None) -> str | None:
-    """Refuse a task the model's outputs do not fit; returns the detection format found (detection only).
-    `flag` names the setting in the message (`--task`, or a recipe's `evaluation.task`), `label` the model."""
+               flag: str = "--task", label: str | None = None, head_flag: str = "--head") -> str | None:
+    """Refuse a task the model's outputs do not fit; returns the head found (detection only: the one asked for
+    where it fits, `auto` where the first batch decides). `flag` names the setting in the message (`--task`, or a
+    recipe's `evaluation.task`), `head_flag` the head's, `label` the model."""
     proto = model if isinstance(model, onnx.ModelProto) else onnx.load(str(model), load_external_data=False)
     label = label or (proto.graph.name if isinstance(model, onnx.ModelProto) else str(model))
     shapes = output_shapes(proto)
@@ -80,10 +79,15 @@ def check_task(model: str | Path | onnx.ModelProto, task: str, detection_format_
     if task == "detection":
         if found is None:
             hint = f"; use {flag} classification" if is_classifier(shapes) else f"; use {flag} outputs"
-            raise ModelError(f"{label}: {flag} detection needs outputs boxes [N, A, 4] + scores [N, A, C] "
-                             f"(YOLOv3) or one [N, 4 + C, A] (YOLOv8); its outputs are {_show(shapes)}{hint}")
-        if detection_format_wanted and detection_format_wanted != found:
-            raise ModelError(f"{label}: detection format {detection_format_wanted} does not fit its outputs "
-                             f"{_show(shapes)} ({found} does)")
+            raise ModelError(f"{label}: {flag} detection needs outputs boxes [N, A, 4] + scores [N, A, C], one "
+                             f"[N, A, 5 + C] (YOLOv5/YOLOX) or one [N, 4 + C, A] (YOLOv8), or a postprocess "
+                             f"hook (--postprocess FILE.py:FUNCTION); its outputs are {_show(shapes)}{hint}")
+        wanted = detection_format_wanted
+        if wanted and wanted != "auto":
+            if heads.canonical(wanted) not in heads.fitting(shapes):
+                raise ModelError(f"{label}: detection format {wanted} does not fit its outputs {_show(shapes)} "
+                                 f"({found if found != 'auto' else 'yolov5 or yolox'} does; {head_flag} chooses "
+                                 "the head)")
+            return wanted
         return found
     return None

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import onnx
 
 from calib.evaluate.detect import DetectionTally
+from calib.evaluate.heads import image_hw
 from calib.evaluate.metrics import Classification, TensorStats
 from calib.io.progress import bar
 from calib.quantize.qdq import Exclusions, insert_qdq, quantized_inputs
@@ -33,6 +34,7 @@ class Scorer:
     batches: list  # [(feed dict, letterboxes)]
     metric: str
     detection: DetectionSpec = DetectionSpec()
+    postprocess: object = None  # a calib.evaluate.postprocess.Hook: the user's decoding of the outputs
     cache: dict = field(default_factory=dict)
     runs: int = 0
 
@@ -51,7 +53,7 @@ class Scorer:
         if metric == "top1_agreement":
             c = Classification()
             for r, t in zip(self.ref, outs):
-                c.update(r[self.outputs[0]], t[self.outputs[0]])
+                c.update(self._class_scores(r), self._class_scores(t))
             return c.result()["agreement_top1"]
         if metric == "output_sqnr":
             worst = math.inf
@@ -61,13 +63,25 @@ class Scorer:
                     s.update(r[o], t[o])
                 worst = min(worst, s.result()["sqnr_db"])
             return worst
-        tally = DetectionTally(self.detection, ["test"], self.outputs, score_reference=False)
+        tally = DetectionTally(self.detection, ["test"], self.outputs, score_reference=False,
+                               decoder=self.postprocess)
         first = 0
-        for (_, boxes), r, t in zip(self.batches, self.ref, outs):
+        for (feed, boxes), r, t in zip(self.batches, self.ref, outs):
             n = len(next(iter(r.values())))
-            tally.update(r, {"test": t}, [None] * n, boxes or [None] * n, first)
+            tally.update(r, {"test": t}, [None] * n, boxes or [None] * n, first, image_hw(feed))
             first += n
         return tally.map_vs_fp32("test")["map50"] if tally.pseudo else 1.0
+
+    def _class_scores(self, outputs: dict):
+        if self.postprocess is None:
+            return outputs[self.outputs[0]]
+        kind, got = self.postprocess({o: outputs[o] for o in self.outputs})
+        if kind != "classification":
+            from calib.errors import CalibError
+
+            raise CalibError(f"{self.postprocess.label} returned detections: sensitivity.metric top1_agreement "
+                             "needs class scores (use map50)")
+        return got
 
     def _outputs(self, q: onnx.ModelProto, optimize: bool = True) -> list[dict]:
         run = OrtRunner(q, optimize=optimize)

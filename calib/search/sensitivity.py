@@ -13,8 +13,9 @@ from calib.algorithms import registry
 from calib.calibrate import collect, compute_all, fingerprint_update, needs_tensorrt_grid
 from calib.data.sources import make_source
 from calib.errors import CalibError
+from calib.evaluate.postprocess import load as load_hook
 from calib.evaluate.report import _png
-from calib.io.files import atomic_write_bytes, atomic_write_json, atomic_write_text, read_bounded
+from calib.io.files import atomic_write_bytes, atomic_write_json, atomic_write_text, read_bounded, sha256_file
 from calib.io.manifest import record, replaceable
 from calib.io.memory import Budget, parse_size
 from calib.pipeline import staged
@@ -115,6 +116,14 @@ SEARCH_CACHE = "search-cache.json"
 SEARCH_CACHE_FORMAT = 2  # 2: with the error split
 
 
+def _hook_fingerprint(hook: str | None) -> str | None:
+    """The postprocess hook and its file's contents: a changed hook is another search."""
+    if not hook:
+        return None
+    path = Path(hook.rpartition(":")[0])
+    return f"{hook} {sha256_file(path) if path.is_file() else 'missing'}"
+
+
 def _search_key(recipe: Recipe, model_sha256: str, calib_fingerprint: str, batches: list) -> str:
     """What the CPU ranking and search depend on: the model, the calibration data and settings (so the scales,
     up to the last bits that another CPU may round differently), the evaluation samples, the budget and search
@@ -125,6 +134,7 @@ def _search_key(recipe: Recipe, model_sha256: str, calib_fingerprint: str, batch
     settings = {k: v for k, v in dataclasses.asdict(spec).items() if k not in ("pin_int8", "min_speedup")}
     h.update(json.dumps({"calib": __version__, "format": SEARCH_CACHE_FORMAT, "spec": settings,
                          "detection": dataclasses.asdict(recipe.evaluation.detection),
+                         "postprocess": _hook_fingerprint(recipe.evaluation.postprocess),
                          "calibration": dataclasses.asdict(recipe.calibration),
                          "preprocess": dataclasses.asdict(recipe.preprocess),
                          "model": model_sha256, "calibration_data": calib_fingerprint},
@@ -168,6 +178,8 @@ def _sensitivity(recipe: Recipe, stage: Path, out: Path) -> None:
 
     model_path = resolve(recipe.model)
     check_backend(recipe, model_path)
+    hook = load_hook(recipe.evaluation.postprocess, f"{recipe.source}: evaluation.postprocess") \
+        if recipe.evaluation.postprocess else None
     info = fix_input_shapes(inspect_model(model_path), recipe.input_shapes, f"{recipe.source}: input_shapes")
     memory = Budget(parse_size(recipe.memory_budget, "memory_budget"), "memory_budget")
     csrc = make_source(recipe.calibration_data, recipe.preprocess, info.inputs, recipe.calibration.batch_size)
@@ -194,7 +206,7 @@ def _sensitivity(recipe: Recipe, stage: Path, out: Path) -> None:
         if n >= spec.samples:
             break
     model = onnx.load(str(model_path))
-    scorer = Scorer(model, amax, batches, spec.metric, recipe.evaluation.detection)
+    scorer = Scorer(model, amax, batches, spec.metric, recipe.evaluation.detection, hook)
     layers = quantizable_layers(model)
     target = budget_target(spec.metric, scorer.fp32_score, spec.max_drop, spec.min_sqnr_db)
     key = _search_key(recipe, info.sha256, calib_fp, batches)
