@@ -258,3 +258,25 @@ def test_a_timing_cache_tensorrt_cannot_read_back_is_dropped_not_rewritten(tmp_p
         assert other.read_bytes() == b"timing"
     finally:
         builder.UNREADABLE_TIMING_CACHES.discard(str(cache))
+
+
+@pytest.mark.parametrize("version", ["8.6.0", "10.3.0"])
+def test_a_profiled_runner_times_its_later_runs_without_the_profiler(version, cnn_data):
+    """TensorRT 8.6 refuses `context.profiler = None` (and keeps the profiler): after profile_layers the context's
+    enqueue must no longer report to it, or every later latency would carry the per-layer profiling."""
+    from calib.runners.tensorrt.profile import profile_layers
+
+    trt, mem = _trt(version)
+    built = build(CNN, BuildSpec(precisions=("fp32",), batch_size=8), None, trt, mem)
+    r = TrtRunner(built.plan, trt, mem)
+    try:
+        prof = profile_layers(r, {"input": cnn_data[:8]}, runs=3, warmup=1)
+        assert prof["runs"] == 3 and prof["layers"]
+        attached = r.context._profiler
+        assert attached is not None and r.context.refused_profilers == 0  # never handed a None that 8.6 refuses
+        seen = {k: len(v) for k, v in attached.times.items()}
+        r.run({"input": cnn_data[8:16]})
+        r.latency({"input": cnn_data[:8]}, warmup=1, iters=2, repeats=2)
+        assert {k: len(v) for k, v in attached.times.items()} == seen  # later runs report nothing
+    finally:
+        r.close()

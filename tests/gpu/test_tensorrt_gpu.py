@@ -202,3 +202,26 @@ def test_marked_engine_gives_per_layer_values(cuda, data):
     assert e["perturbed"] and len(e["layers"]) >= 5
     assert all(l["sqnr_db"] > 5 for l in e["layers"] if l["op_type"] != "Input")
     _keep("marked-layers.json", e["layers"])
+
+
+def test_profiling_a_runner_leaves_its_later_timings_alone(data, cuda):
+    """TensorRT 8.6 refuses `context.profiler = None`; calib turns the context's profiling off instead
+    (enqueue_emits_profile): the profiler gets no report from later runs and the latency does not carry it."""
+    from calib.runners.tensorrt.profile import profile_layers
+
+    built = build(CNN, _spec(precisions=("fp32", "fp16")), None, trt, cuda)
+    r = TrtRunner(built.plan, trt, cuda)
+    try:
+        batch = {"input": data[:8]}
+        before = r.latency(batch, warmup=50, iters=50, repeats=10)["median_ms"]
+        prof = profile_layers(r, batch, runs=10, warmup=2)
+        assert prof["layers"] and prof["total_ms"] > 0
+        attached = r.context.profiler
+        seen = {k: len(v) for k, v in attached.times.items()} if attached is not None else {}
+        after = r.latency(batch, warmup=50, iters=50, repeats=10)["median_ms"]
+        if attached is not None:
+            assert {k: len(v) for k, v in attached.times.items()} == seen
+        _keep("profile_then_time.json", {"before_ms": before, "after_ms": after, "profile_total_ms": prof["total_ms"]})
+        assert after < 1.5 * before, (before, after)
+    finally:
+        r.close()

@@ -607,12 +607,25 @@ class _Context:
     def set_tensor_address(self, name, ptr):
         self.addr[name] = ptr
 
-    profiler = None
+    _profiler = None
+    enqueue_emits_profile = True
+    refused_profilers = 0  # `profiler = None` on 8.x: TensorRT logs an API Usage Error and keeps the profiler
+
+    @property
+    def profiler(self):
+        return self._profiler
+
+    @profiler.setter
+    def profiler(self, value):
+        if value is None and self.e.t.__version__.startswith("8."):
+            self.refused_profilers += 1
+            return
+        self._profiler = value
 
     def _report(self):  # a stand-in time per engine layer: 1 us per layer index, so shares are known
-        if self.profiler is not None:
+        if self._profiler is not None and self.enqueue_emits_profile:
             for i, layer in enumerate(self.e.plan["layers"]):
-                self.profiler.report_layer_time(layer["Name"], 0.001 * (i + 1))
+                self._profiler.report_layer_time(layer["Name"], 0.001 * (i + 1))
 
     def _run(self):
         if any(d < 0 for s in self.shapes.values() for d in s):

@@ -38,6 +38,16 @@ def load_plugins(trt, logger) -> bool:
     return True
 
 
+def detach_profiler(context) -> None:
+    """Stop a context's profiler from timing its later runs. TensorRT 8.6 refuses `context.profiler = None`
+    (API Usage Error: profiler != nullptr) and keeps the profiler; with `enqueue_emits_profile` off, enqueue no
+    longer reports to it (10.x and 11.x take None as well)."""
+    try:
+        context.enqueue_emits_profile = False
+    except (AttributeError, TypeError):
+        pass
+
+
 def version(trt) -> tuple[int, int, int]:
     parts = [int(p) for p in str(trt.__version__).split(".")[:3] if p.isdigit()]
     return tuple((parts + [0, 0, 0])[:3])

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from calib.runners.tensorrt import compat
 from calib.runners.tensorrt.inspect import inspector_layers
 
 
@@ -42,7 +43,7 @@ def profile_layers(runner, batch: Mapping[str, np.ndarray], runs: int = 20, warm
             runner.execute(runner.stream)
             runner.cuda.sync(runner.stream)
     finally:
-        runner.context.profiler = None
+        compat.detach_profiler(runner.context)
     info = {layer["name"]: layer for layer in inspector_layers(runner.engine, runner.trt)}
     rows = []
     for name, ms in prof.times.items():
