@@ -16,6 +16,7 @@ $(STAMP): pyproject.toml
 
 run: $(STAMP)          ## the main job: YOLOv3-tiny, all algorithms, report in runs/yolo/
 	$(BIN)/calib run recipes/yolo.yaml
+	@echo "The calib command is $(BIN)/calib: run '. $(BIN)/activate' to type it as calib."
 
 test: $(STAMP)         ## the test suite (GPU tests skip where TensorRT is absent)
 	$(BIN)/python -m pytest -q; rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$rc

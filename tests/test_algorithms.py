@@ -1,8 +1,11 @@
 """Algorithms on hand-made histograms with known answers."""
+import dataclasses
+
 import numpy as np
 import pytest
 
 from calib.algorithms import compute, names
+from calib.algorithms.entropy import tensorrt_width
 from calib.algorithms.registry import check_params
 from calib.errors import CalibError
 from calib.stats.histogram import Histogram, HistogramCollector
@@ -14,8 +17,8 @@ def hist_of(counts, width=1.0, absmax=None):
     return Histogram(counts, width, absmax=top, count=int(counts.sum()))
 
 
-def test_registry_has_four():
-    assert names() == ["minmax", "entropy", "percentile", "mse"]
+def test_registry_has_five():
+    assert names() == ["minmax", "entropy", "percentile", "mse", "entropy-stable"]
 
 
 def test_minmax_is_absmax():
@@ -74,6 +77,37 @@ def test_entropy_zero_bin_modes_differ_on_relu_like_data():
     c.update("t", x)
     h = c.histogram("t")
     assert compute("entropy", h, zero_bin="drop") != compute("entropy", h, zero_bin="keep")
+
+
+def test_tensorrt_entropy_follows_the_first_batch_and_the_stable_one_does_not():
+    # one histogram of a long-tailed tensor, told three different first-batch ranges: TensorRT's grid (2048 bins
+    # of first_absmax / 2048, doubled until the absmax fits) moves the threshold; calib's own grid does not
+    rng = np.random.default_rng(0)
+    x = np.abs(rng.standard_t(3, 400_000)).astype(np.float32)
+    c = HistogramCollector()
+    c.update("t", x)
+    h = c.histogram("t")
+    top = float(x.max())
+    trt, stable = {}, {}
+    for first in (top, top / 3, top / 5):
+        hf = dataclasses.replace(h, first_absmax=first, trt=None)
+        trt[first], stable[first] = compute("entropy", hf), compute("entropy-stable", hf)
+        w = tensorrt_width(first, top)
+        assert 2048 * w / 2 < top <= 2048 * w
+        i = trt[first] / w - 0.5  # the threshold is a bin centre of that grid: (i + 0.5) * width
+        assert i == pytest.approx(round(i), abs=1e-6) and 128 <= round(i) <= 2048
+    assert len(set(trt.values())) == 3, trt
+    assert len(set(stable.values())) == 1, stable
+    assert stable[top] == compute("entropy", h, grid="absmax")
+    assert 0.0 < stable[top] < top
+
+
+def test_entropy_stable_checks_its_parameters():
+    assert set(check_params("entropy-stable", {})) == {"num_bins", "num_levels", "zero_bin", "stride"}
+    with pytest.raises(CalibError, match="'entropy-stable': num_levels must be in"):
+        check_params("entropy-stable", {"num_levels": 4096})
+    with pytest.raises(CalibError, match="no parameter 'grid'"):
+        check_params("entropy-stable", {"grid": "tensorrt"})
 
 
 def test_empty_histogram_gives_zero():

@@ -57,3 +57,145 @@ def test_readme_repository_paths_exist():
     assert len(paths) >= 20
     missing = sorted(p for p in paths if not (ROOT / p).exists())
     assert not missing, missing
+
+
+def _makefile() -> str:
+    return (ROOT / "Makefile").read_text()
+
+
+def _target(name: str) -> list[str]:
+    """The command lines of a Makefile target."""
+    lines = _makefile().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(f"{name}:"))
+    out = []
+    for line in lines[start + 1:]:
+        if not line.startswith("\t"):
+            break
+        out.append(line.strip())
+    return out
+
+
+def test_calib_as_printed_works_after_make_run(tmp_path):
+    """`make run` installs calib into the Makefile's virtual environment, whose bin/ is not on PATH: the README
+    says to activate it before its first `calib ...` command, `make run` says so too, and activating the
+    environment the tests run in (make test's) puts a working `calib` on PATH."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import pytest
+
+    venv = re.search(r"^VENV \?= (\S+)$", _makefile(), re.M).group(1)
+    activate = f". {venv}/bin/activate"
+    assert activate in README
+    assert README.index(activate) < README.index("\n    calib "), "the README says how before its first command"
+    assert any("activate" in line for line in _target("run")), "make run ends by saying how to type calib"
+    assert re.search(r'^calib = "calib\.cli:entry"$', (ROOT / "pyproject.toml").read_text(), re.M)
+    if sys.prefix == sys.base_prefix:
+        pytest.skip("not run from a virtual environment (make test runs from .venv)")
+    script = Path(sys.prefix) / "bin" / "activate"
+    env = {k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"}
+    env["PATH"] = "/usr/bin:/bin"
+    r = subprocess.run(["bash", "-c", f'. "{script}" && command -v calib && calib --version'], env=env, cwd=tmp_path,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert Path(r.stdout.splitlines()[0]).parent == script.parent and "calib" in r.stdout.splitlines()[1]
+
+
+PLACEHOLDER_NOTE = re.compile(r"\(([^()]*?\bstands? for your own\b[^()]*)\)", re.S)
+FILE_LIKE = re.compile(r"\.(onnx|npy|npz|cache|engine|txt|json|yaml|yml|py|jpg|png)$")
+COMMANDS = ("calib ", "trtexec ", "make ")
+
+
+def _sections() -> list[tuple[str, str]]:
+    parts = re.split(r"^(#{2,3} .*)$", README, flags=re.M)
+    return [("(top)", parts[0])] + [(parts[i], parts[i + 1]) for i in range(1, len(parts), 2)]
+
+
+def _commands(text: str) -> list[str]:
+    """The command lines of a section's indented blocks (continuations joined)."""
+    lines, out, i = text.splitlines(), [], 0
+    while i < len(lines):
+        line = lines[i]
+        if line.startswith("    ") and line.strip().startswith(COMMANDS):
+            cmd = line.strip()
+            while cmd.endswith("\\") and i + 1 < len(lines):
+                i += 1
+                cmd = cmd[:-1] + " " + lines[i].strip()
+            out.append(cmd)
+        i += 1
+    return out
+
+
+def _recipe_output(recipe: str) -> str:
+    import yaml
+
+    out = yaml.safe_load((ROOT / recipe).read_text())["output"]
+    return str(((ROOT / recipe).parent / out).resolve().relative_to(ROOT))
+
+
+def _paths_of(cmd: str) -> tuple[list[str], list[str]]:
+    """(paths a command reads, paths it writes) among its arguments."""
+    import shlex
+
+    raw = cmd.split("  #")[0].replace("[--", "--").replace("]", " ") if "[--" in cmd else cmd.split("  #")[0]
+    args = shlex.split(raw)
+    reads, writes = [], []
+    if args[:2] == ["make", "run"]:
+        run = next(line for line in _target("run") if " run " in line)
+        writes.append(_recipe_output(run.split(" run ")[1].split()[0]))
+    if args[:2] in (["calib", "run"], ["calib", "sensitivity"]) and "--out" not in args:
+        writes.append(_recipe_output(args[2]) + ("/sensitivity" if args[1] == "sensitivity" else ""))
+    for k, a in enumerate(args[1:], 1):
+        if a.startswith("-"):
+            if a.startswith("--saveEngine="):
+                writes.append(a.split("=", 1)[1])
+            elif "=" in a and not a.startswith("--set"):
+                reads.append(a.split("=", 1)[1])
+            continue
+        if args[k - 1] in ("--out", "-o"):
+            writes.append(a)
+            continue
+        a = re.sub(r"\.py:\w+$", ".py", a)
+        reads.append(a)
+    keep = [p for p in reads if ("/" in p or FILE_LIKE.search(p)) and "=" not in p and not p.startswith("zoo:")]
+    return keep, [w.rstrip("/") for w in writes]
+
+
+def _under(path: str, folders) -> bool:
+    p = path.rstrip("/")
+    return any(p == f.rstrip("/") or p.startswith(f.rstrip("/") + "/") for f in folders)
+
+
+def test_readme_example_paths_exist_are_written_first_or_are_marked_as_yours():
+    """Every path a README example reads is in the repository, written by an earlier example (`make run`'s
+    runs/yolo/, an `--out`/`-o` folder), or named in its section's "(`...` stand for your own files)" note."""
+    written, checked, problems = [], 0, []
+    for title, text in _sections():
+        notes = [m.group(1) for m in PLACEHOLDER_NOTE.finditer(text)]
+        mine = {n.rstrip("/") for note in notes for n in re.findall(r"`([^` ]+)`", note)
+                if "/" in n or FILE_LIKE.search(n)}
+        used = set()
+        uses = [_paths_of(c) for c in _commands(text)]
+        for block in re.findall(r"```python\n(.*?)```", text, re.S):  # the Python examples' file arguments
+            strings = re.findall(r'(\bout=)?"([^"\n]+)"', block)
+            uses.append(([s for o, s in strings if not o and ("/" in s or FILE_LIKE.search(s))],
+                         [s.rstrip("/") for o, s in strings if o]))
+        for reads, writes in uses:
+            for p in reads:
+                checked += 1
+                if (ROOT / p).exists() or _under(p, written):
+                    continue
+                if _under(p, mine):
+                    used |= {m for m in mine if _under(p, [m])}
+                    continue
+                problems.append(f"{title}: {p!r} is not in the repository, not written before, not marked as yours")
+            written += writes
+        for m in mine:
+            if (ROOT / m).exists():
+                problems.append(f"{title}: {m!r} is in the repository, not one of your files")
+            elif m not in used and not _under(m, written):
+                problems.append(f"{title}: the note names {m!r}, which no example there uses")
+    assert checked >= 40
+    assert not problems, "\n".join(problems)

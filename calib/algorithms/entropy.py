@@ -4,7 +4,8 @@ TensorRT (8.6, checked against its caches in tests/golden) histograms |x| into 2
 calibration batch's absmax; a later batch past the range doubles the bin width (neighbouring bins summed) until it
 fits. The threshold is the centre of a bin: (i + 0.5) * width, i bins kept (i may reach 2048, past the absmax).
 `grid="tensorrt"` rebuilds that grid from calib's finer histogram (its first-batch absmax and its absmax);
-`grid="absmax"` spreads the 2048 bins over [0, absmax] and puts the threshold on a bin edge (calib before 0.x).
+`grid="absmax"` spreads the 2048 bins over [0, absmax] and puts the threshold on a bin edge: a grid that batch
+size and order cannot change, registered as its own algorithm, `entropy-stable` (calib.algorithms.entropy_stable).
 
 For every candidate threshold of i bins (i from `num_levels` up to `num_bins`) the clipped reference distribution
 P (outliers folded into its last bin) is compared with Q, P quantised to `num_levels` levels and expanded back over

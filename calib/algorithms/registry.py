@@ -20,10 +20,10 @@ class Algorithm:
 
 
 def _build() -> dict[str, Algorithm]:
-    from calib.algorithms import entropy, minmax, mse, percentile
+    from calib.algorithms import entropy, entropy_stable, minmax, mse, percentile
 
     out = {}
-    for mod in (minmax, entropy, percentile, mse):
+    for mod in (minmax, entropy, percentile, mse, entropy_stable):
         fn = mod.compute_amax
         sig = inspect.signature(fn)
         defaults = {k: p.default for k, p in sig.parameters.items() if p.default is not inspect.Parameter.empty}

@@ -77,7 +77,8 @@ def sensitivity(ctx, recipe, out, overrides):
 @main.command()
 @click.argument("model", type=click.Path(dir_okay=False))
 @data_options()
-@click.option("--algo", default="minmax,entropy,percentile,mse", show_default=True, help="Comma-separated.")
+@click.option("--algo", default="minmax,entropy,percentile,mse", show_default=True,
+              help="Comma-separated, from minmax, entropy, percentile, mse and entropy-stable.")
 @click.option("--batch-size", default=8, show_default=True, type=click.IntRange(1))
 @click.option("--percentile", default=99.99, show_default=True, type=click.FloatRange(0, 100, min_open=True))
 @click.option("--trt-version", default="8600", show_default=True, help="Digits of the cache header.")

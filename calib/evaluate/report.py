@@ -199,7 +199,8 @@ def layer_figure(evaluation: dict, focus: str | None = None):
 
 def histogram_plots(stats, amax: dict, tensors: list[str]) -> list[tuple[str, str]]:
     out = []
-    colors = {"minmax": "tab:red", "entropy": "tab:blue", "percentile": "tab:green", "mse": "tab:purple"}
+    colors = {"minmax": "tab:red", "entropy": "tab:blue", "percentile": "tab:green", "mse": "tab:purple",
+              "entropy-stable": "tab:cyan"}
     for t in tensors:
         if t not in getattr(stats, "hists", {}):
             continue
