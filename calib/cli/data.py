@@ -24,7 +24,8 @@ _DTYPE = {1: "float32", 10: "float16", 2: "uint8"}  # ONNX elem_type -> Preproce
 # what the command line calls the options that recipes name by key (for messages from below the CLI)
 CLI_NAMES = {"preprocess.resize": "--resize", "input_shapes": "--input-shape", "memory_budget": "--memory-budget",
              "calibration_data.limit": "--limit", "evaluation_data.limit": "--limit", "preprocess.scale": "--scale",
-             "preprocess.color": "--bgr", "preprocess.letterbox_anchor": "--letterbox-anchor"}
+             "preprocess.color": "--bgr", "preprocess.letterbox_anchor": "--letterbox-anchor",
+             "layerwise": "--no-layerwise"}
 
 
 def model_options(fn):
