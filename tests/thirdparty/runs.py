@@ -265,25 +265,26 @@ def run_onnx(path: Path, feeds: dict) -> list:
 
 # --- the independent check of ddddocr-det: the package's decoding, ONNX Runtime on the Q/DQ models ---
 
-def ddddocr_task(model: Path, qdq: dict, photos: list) -> dict:
+def ddddocr_task(model: Path, qdq: dict, photos: list, score_thr: float | None = None) -> dict:
     """Per configuration (name -> Q/DQ model file): box recall, AP50 and AP50:95 of its boxes against FP32's,
-    both decoded as ddddocr's get_bbox does (tests/thirdparty/yolox_decode.py) on the package's own input for
-    each photo. Owes nothing to calib but the Q/DQ files."""
+    both decoded as ddddocr's get_bbox does (tests/thirdparty/yolox_decode.py; its score threshold 0.1 unless
+    `score_thr`) on the package's own input for each photo. Owes nothing to calib but the Q/DQ files."""
     import cv2
 
     sys.path.insert(0, str(HERE))
     import yolox_decode
 
     inputs = [yolox_decode.preprocess(cv2.imread(str(p), cv2.IMREAD_COLOR)) for p in photos]
+    thr = yolox_decode.SCORE_THR if score_thr is None else score_thr
 
     def boxes(path):
         import onnxruntime as ort
 
         s = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-        return [yolox_decode.detections(s.run(None, {"images": x[None]})[0], r) for x, r in inputs]
+        return [yolox_decode.detections(s.run(None, {"images": x[None]})[0], r, score_thr=thr) for x, r in inputs]
 
     ref = [b for b, _, _ in boxes(model)]
-    out = {"fp32_boxes": sum(len(b) for b in ref), "images": len(photos), "configs": {}}
+    out = {"fp32_boxes": sum(len(b) for b in ref), "images": len(photos), "score_thr": thr, "configs": {}}
     for name, path in qdq.items():
         det = boxes(path)
         got, scores = [b for b, _, _ in det], [s for _, s, _ in det]
