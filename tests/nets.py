@@ -27,6 +27,20 @@ def conv_net(path: Path, dims, channels: int = 4, seed: int = 0) -> Path:
     return path
 
 
+def relu_chain(path: Path, dims, depth: int) -> Path:
+    """images [dims] -> Relu r1 -> ... -> Relu r<depth> -> Add(r1, r<depth>) -> out: every tensor the input's size,
+    r1 alive to the end, each other only until the next Relu reads it."""
+    nodes = [helper.make_node("Relu", ["images" if i == 1 else f"r{i - 1}"], [f"r{i}"], name=f"relu{i}")
+             for i in range(1, depth + 1)]
+    nodes.append(helper.make_node("Add", ["r1", f"r{depth}"], ["out"], name="add"))
+    g = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("images", TensorProto.FLOAT, list(dims))],
+                          [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    onnx.save(m, str(path))
+    return path
+
+
 def image_folder(folder: Path, sizes, seed: int = 0) -> Path:
     """PNG files of random RGB pixels, one per (height, width) in `sizes`."""
     folder.mkdir(parents=True, exist_ok=True)

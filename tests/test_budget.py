@@ -13,9 +13,9 @@ from calib.errors import BudgetError, CalibError
 from calib.evaluate.metrics import TensorStats
 from calib.io.memory import GB, MB, Budget, parse_size
 from calib.quantize.model import inspect_model, load_model
-from calib.quantize.shapes import fix_input_shapes, sample_bytes
+from calib.quantize.shapes import fix_input_shapes, live_bytes, sample_bytes
 from calib.runners.budget import PASS, run_samples
-from nets import conv_net
+from nets import conv_net, relu_chain
 
 
 def invoke(*args):
@@ -31,6 +31,18 @@ def test_activation_bytes_per_sample_come_from_shape_inference(tmp_path):
     assert sample_bytes(load_model(model), fixed) == 4 * 16 * 24 * (3 + 3 * 4)
     b10 = conv_net(tmp_path / "b10.onnx", [10, 3, 16, 24], channels=4)
     assert sample_bytes(load_model(b10), inspect_model(b10)) == 4 * 16 * 24 * 15  # per sample, not per run
+
+
+def test_the_tensors_alive_at_once_known_answer(tmp_path):
+    # images -> r1 -> ... -> r6, out = r1 + r6: r1 lives to the end, each other ri until the next reads it
+    model = relu_chain(tmp_path / "m.onnx", [1, 3, 32, 32], 6)
+    info = inspect_model(model)
+    t = 4 * 3 * 32 * 32  # one tensor
+    assert sample_bytes(load_model(model), info) == 8 * t  # images, r1..r6, out
+    assert live_bytes(load_model(model), info) == 4 * t  # images + r1 + r(i-1) + ri at the worst node
+    free = inspect_model(relu_chain(tmp_path / "n.onnx", ["N", 3, "H", "W"], 6))
+    assert live_bytes(load_model(tmp_path / "n.onnx"), free) is None
+    assert live_bytes(load_model(tmp_path / "n.onnx"), free, {"images": (5, 3, 32, 32)}) == 4 * t  # per sample
 
 
 def test_samples_per_run_known_answer():
@@ -126,3 +138,23 @@ def test_evaluate_peak_rss_stays_within_the_budget(tmp_path):
     roomy = _peak(*args, "--memory-budget", "8GB", "-o", tmp_path / "e8")
     print(f"evaluate roomy {roomy / MB:.0f} MB")
     assert roomy > 1 * GB, roomy / MB  # the whole batch in one run: over 1 GB
+
+
+def test_an_evaluation_of_the_outputs_only_needs_what_is_alive_at_once(tmp_path):
+    """Every activation of one sample does not fit 1.2 GB with the per-layer comparison (3 x 23 tensors of 12 MB);
+    the outputs alone do (the budget says which flag), and the run stays within it."""
+    model = relu_chain(tmp_path / "m.onnx", ["N", 3, 1024, 1024], 21)
+    np.save(tmp_path / "x.npy", np.random.default_rng(0).normal(size=(2, 3, 1024, 1024)).astype(np.float32))
+    r = invoke("calibrate", model, "--data", tmp_path / "x.npy", "--algo", "minmax", "--memory-budget", "4GB",
+               "-o", tmp_path / "c")
+    assert r.exit_code == 0, r.output
+    args = ["evaluate", model, "--cache", tmp_path / "c" / "minmax.cache", "--data", tmp_path / "x.npy",
+            "--batch-size", "1", "--memory-budget", "1.2GB"]
+    r = subprocess.run([sys.executable, "-m", "calib", "--quiet", *map(str, args), "-o", tmp_path / "e"],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and "too small for one sample of the evaluation" in r.stderr, r.stderr
+    assert "use --no-layerwise (the outputs compared, not every layer: about" in r.stderr, r.stderr
+    peak = _peak(*args, "--no-layerwise", "-o", tmp_path / "e")
+    assert peak <= 1.2 * GB, peak / MB
+    report = json.loads((tmp_path / "e" / "report.json").read_text())
+    assert report["evaluation"]["samples"] == 2

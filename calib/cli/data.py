@@ -24,7 +24,8 @@ _DTYPE = {1: "float32", 10: "float16", 2: "uint8"}  # ONNX elem_type -> Preproce
 # what the command line calls the options that recipes name by key (for messages from below the CLI)
 CLI_NAMES = {"preprocess.resize": "--resize", "input_shapes": "--input-shape", "memory_budget": "--memory-budget",
              "calibration_data.limit": "--limit", "evaluation_data.limit": "--limit", "preprocess.scale": "--scale",
-             "preprocess.color": "--bgr", "preprocess.letterbox_anchor": "--letterbox-anchor"}
+             "preprocess.color": "--bgr", "preprocess.letterbox_anchor": "--letterbox-anchor",
+             "layerwise": "--no-layerwise"}
 
 
 def model_options(fn):
@@ -88,8 +89,9 @@ def data_options(required: bool = True, help_data: str | None = None):
         click.option("--bgr", is_flag=True, help="Images: feed channels in BGR order (models trained with OpenCV)."),
         click.option("--scale", type=float, help="Images: multiply pixel values (0-255) by this before --mean/--std "
                                                   "(e.g. 1 for 0-255 input) [default: from --preprocess]."),
-        click.option("--mean", metavar="M[,M,M]", help="Subtracted after scaling (per channel, RGB)."),
-        click.option("--std", metavar="S[,S,S]", help="Divided by after --mean (per channel, RGB)."),
+        click.option("--mean", metavar="M[,M,M]",
+                     help="Subtracted after scaling (per channel, in the order fed: RGB, or BGR with --bgr)."),
+        click.option("--std", metavar="S[,S,S]", help="Divided by after --mean (per channel, in the order fed)."),
         click.option("--layout", type=click.Choice(["NCHW", "NHWC"]),
                      help="Layout fed to the model [default: the model input's]."),
         click.option("--tokenizer", type=click.Path(dir_okay=False),

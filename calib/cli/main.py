@@ -221,7 +221,10 @@ def evaluate(model, caches, data_args, batch_size, task, head, postprocess, igno
               "decoder": res.get("decoder"),
               "rerun": _rerun(model, data_args, batch_size, res["task"], head, postprocess, deploy, engine_layers,
                               {"--ignore-hash": ignore_hash, "--allow-unknown": allow_unknown,
-                               "--ignore-sidecar": ignore_sidecar, "--allow-partial": allow_partial})}
+                               "--ignore-sidecar": ignore_sidecar, "--allow-partial": allow_partial,
+                               "--no-layerwise": not layerwise, "--allow-qdq": allow_qdq},
+                              [a for s in input_shapes for a in ("--input-shape", s)]
+                              + (["--memory-budget", memory_budget] if memory_budget != "2GB" else []))}
     from calib.quantize.cache import sidecar_path
 
     inputs = [model, engine_layers, data_args.data, *caches, *(sidecar_path(c) for c in caches)]
@@ -231,9 +234,10 @@ def evaluate(model, caches, data_args, batch_size, task, head, postprocess, igno
     click.echo(f"wrote {Path(out) / 'report.html'}")
 
 
-def _rerun(model, data_args, batch_size, task, head, postprocess, deploy, engine_layers, flags) -> str:
+def _rerun(model, data_args, batch_size, task, head, postprocess, deploy, engine_layers, flags,
+           model_args=()) -> str:
     """This evaluation as a command line without its caches (the report adds the one to ship): the verdict's
-    next step runs it again with a layer kept in float."""
+    next step runs it again with a layer kept in float. `model_args`: --input-shape and --memory-budget as given."""
     import dataclasses
     import shlex
 
@@ -248,7 +252,7 @@ def _rerun(model, data_args, batch_size, task, head, postprocess, deploy, engine
              ("--head", head if head != "auto" else None), ("--postprocess", postprocess),
              ("--deploy", deploy if deploy != "implicit" else None), ("--engine-layers", engine_layers)]
     args += [a for k, v in extra if v is not None for a in (k, str(v))]
-    return shlex.join(args + [k for k, v in flags.items() if v])
+    return shlex.join(args + list(model_args) + [k for k, v in flags.items() if v])
 
 
 def _shapes(items) -> tuple:

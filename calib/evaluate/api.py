@@ -85,7 +85,9 @@ def evaluate(model, caches: dict, source, task: str = "outputs", detection: Dete
         raise DataError(f"configuration name '{sorted(clash)[0]}' is both a cache and an engine")
     fixed, budget = fixed_batch(info), memory_budget or Budget()
     read = getattr(source, "batch_size", batch_size)
-    runs = evaluation_samples(model, info, budget, read, fixed, 1 + len(configs))  # before any session or data
+    switch = (option_names or {}).get("layerwise", "layerwise=False")
+    runs = evaluation_samples(model, info, budget, read, fixed, 1 + len(configs), layerwise=layerwise,
+                              switch=switch)  # before any session or data
     sim = Simulator(model, info, configs, exclude, layerwise, micro_batch=runs or 1, precision=precision,
                     fixed=fixed)
     names = list(configs) + list(engines)
@@ -100,7 +102,8 @@ def evaluate(model, caches: dict, source, task: str = "outputs", detection: Dete
     with bar("evaluate", total=total) as pbar:
         for batch, samples, meta in items:
             if runs is None:  # the input sizes known only now
-                runs = evaluation_samples(model, info, budget, read, fixed, 1 + len(configs), batch)
+                runs = evaluation_samples(model, info, budget, read, fixed, 1 + len(configs), batch, layerwise,
+                                          switch)
                 sim.micro_batch = runs
             gs = [group_of(s, n + j) for j, s in enumerate(samples)]
             groups += gs

@@ -77,9 +77,10 @@ class Budget:
     limit: int = 2 * GB
     name: str = "memory_budget"
 
-    def samples(self, held: int, per_sample: int, what: str) -> int:
+    def samples(self, held: int, per_sample: int, what: str, hint: str = "") -> int:
         """How many samples one run may hold when `held` bytes are taken already and each sample costs
-        `per_sample`; a budget too small for one is a BudgetError saying what one needs."""
+        `per_sample`; a budget too small for one is a BudgetError saying what one needs (and `hint`, another way
+        out)."""
         from calib.errors import BudgetError
 
         room = self.limit - held
@@ -88,5 +89,5 @@ class Budget:
             raise BudgetError(f"{self.name} {size_text(self.limit)}: too small for one sample of {what}: one needs "
                               f"about {size_text(need)} ({size_text(held)} for the model, runtime and data in "
                               f"flight, {size_text(per_sample)} for one sample's activations); raise {self.name}, "
-                              "or make the input smaller")
+                              + (f"use {hint}, " if hint else "") + "or make the input smaller")
         return max(1, room // max(1, per_sample))

@@ -89,11 +89,9 @@ def _light(model: onnx.ModelProto, dims: Mapping[str, tuple]) -> onnx.ModelProto
     return light
 
 
-def sample_bytes(model: onnx.ModelProto, info: ModelInfo, dims: Mapping[str, tuple] | None = None) -> int | None:
-    """Bytes of every float activation (graph inputs and node outputs, ModelInfo.activations) for one sample, from
-    ONNX shape inference with the inputs at `dims` (default: info's, which must then be all known; the batch
-    dimension may be left free). None where an input's size is not known. Tensors whose shape inference cannot
-    tell count as the largest one it can."""
+def _sizes(model: onnx.ModelProto, info: ModelInfo, dims: Mapping[str, tuple] | None) -> tuple[dict, int] | None:
+    """(float tensor -> bytes for the inputs at `dims`, samples those dims hold) from ONNX shape inference; None
+    where an input's size is not known (the batch dimension may be left free: the model's fixed batch, else 1)."""
     dims = dict(dims or {n: d for n, d, _ in info.inputs})
     batch = fixed_batch(info) or 1
     at = {}
@@ -109,19 +107,30 @@ def sample_bytes(model: onnx.ModelProto, info: ModelInfo, dims: Mapping[str, tup
     except Exception as exc:  # a model shape inference fails on: counted from the inputs alone
         log.warning("shape inference failed (%s); activation sizes unknown", exc)
         g = _light(model, at).graph
-    sizes, kinds = {}, {}
+    sizes = {}
     for vi in list(g.input) + list(g.value_info) + list(g.output):
         t = vi.type.tensor_type
         if t.HasField("shape") and all(d.HasField("dim_value") and d.dim_value > 0 for d in t.shape.dim):
-            sizes[vi.name] = int(np.prod([d.dim_value for d in t.shape.dim], dtype=np.int64))
-            kinds[vi.name] = t.elem_type
+            sizes[vi.name] = int(np.prod([d.dim_value for d in t.shape.dim], dtype=np.int64)) * \
+                _BYTES.get(t.elem_type, 4)
     first = {n: d[0] if d else 1 for n, d in at.items()}
-    per = max(first.values()) if first else 1
-    largest = max((sizes[n] * _BYTES.get(kinds[n], 4) for n in info.activations if n in sizes), default=0)
+    return sizes, max(first.values()) if first else 1
+
+
+def sample_bytes(model: onnx.ModelProto, info: ModelInfo, dims: Mapping[str, tuple] | None = None) -> int | None:
+    """Bytes of every float activation (graph inputs and node outputs, ModelInfo.activations) for one sample, from
+    ONNX shape inference with the inputs at `dims` (default: info's, which must then be all known; the batch
+    dimension may be left free). None where an input's size is not known. Tensors whose shape inference cannot
+    tell count as the largest one it can."""
+    got = _sizes(model, info, dims)
+    if got is None:
+        return None
+    sizes, per = got
+    largest = max((sizes[n] for n in info.activations if n in sizes), default=0)
     total, unknown = 0, 0
     for name in info.activations:
         if name in sizes:
-            total += sizes[name] * _BYTES.get(kinds[name], 4)
+            total += sizes[name]
         else:
             unknown += 1
             total += largest
@@ -129,3 +138,30 @@ def sample_bytes(model: onnx.ModelProto, info: ModelInfo, dims: Mapping[str, tup
         log.info("%s: %d of %d activations without a size from shape inference (each counted as the largest)",
                  info.path, unknown, len(info.activations))
     return max(1, total // max(1, per))
+
+
+def live_bytes(model: onnx.ModelProto, info: ModelInfo, dims: Mapping[str, tuple] | None = None) -> int | None:
+    """Bytes of the float tensors alive at once, at the worst node, in a run that returns only the graph outputs
+    (each tensor held from the node that makes it to its last reader, the outputs to the end), for one sample;
+    a tensor of unknown size counts as the largest known. None where an input's size is not known."""
+    got = _sizes(model, info, dims)
+    if got is None:
+        return None
+    sizes, per = got
+    largest = max((sizes[n] for n in info.activations if n in sizes), default=0)
+    acts = set(info.activations)
+
+    def size(name: str) -> int:
+        return sizes.get(name, largest) if name in acts else 0
+
+    nodes = list(model.graph.node)
+    last = {x: i for i, n in enumerate(nodes) for x in n.input}
+    last.update({o.name: len(nodes) for o in model.graph.output})
+    given = {n for n, _, _ in info.inputs}  # the caller's arrays: held throughout
+    held = sum(size(n) for n in given)
+    peak = held
+    for i, node in enumerate(nodes):
+        held += sum(size(o) for o in node.output)
+        peak = max(peak, held)
+        held -= sum(size(x) for x in set(node.input) | set(node.output) if x not in given and last.get(x, i) == i)
+    return max(1, peak // max(1, per))
