@@ -21,6 +21,9 @@
 #               YOLOv3-tiny's adds calib-qdq-stem (the stem Conv's output quantized before its LeakyRelu)
 #   qdq-mbv2    MobileNetV2 at level 3, batch 32: implicit, calib-qdq, calib-qdq-like, fp16
 #   minilm-run, yolov8n-run        deploy_gpu.sh's `calib run` steps (level 1)
+#   fp16-yolov3-tiny, fp16-mbv2    issue 31: the FP16+INT8 model (--float-type fp16) beside the FP32-float Q/DQ
+#               model, the implicit engine and FP16 (YOLOv3-tiny level 1 batch 4; MobileNetV2 level 3 batch 32)
+#   gpu-tests   pytest -m gpu tests/gpu (level 1), capped at TESTS_S
 set -uo pipefail; shopt -s nullglob
 P=/tmp/pipe R=/tmp/pipe/res
 case $1 in
@@ -75,6 +78,24 @@ case $1 in
             > "$R/qdq-mbv2.log" 2>&1
           echo "exit $?" >> "$R/qdq-mbv2.log"
           ;;
+        fp16-yolov3-tiny)  # issue 31: the FP16+INT8 model beside the FP32-float Q/DQ model and the implicit engine
+          QDQ_DEADLINE=${Y3_DEADLINE:-780} qdq yolov3-tiny 1 4 \
+            implicit,calib-qdq-stem,calib-qdq-stem-fp16,calib-qdq,calib-qdq-fp16,fp16 /tmp/qdq22/yolov3-tiny 840 \
+            > "$R/fp16-yolov3-tiny.log" 2>&1
+          echo "exit $?" >> "$R/fp16-yolov3-tiny.log"
+          ;;
+        fp16-mbv2)  # issue 31 on MobileNetV2 at level 3, batch 32
+          [ -f /opt/extra/qdq22/mbv2/model.onnx ] ||
+            cp tests/golden/trt86-h200/mobilenet_v2/mobilenet_v2_imagenet.onnx /opt/extra/qdq22/mbv2/model.onnx
+          QDQ_DEADLINE=${MBV2_DEADLINE:-600} qdq mbv2 3 32 implicit,calib-qdq,calib-qdq-fp16,fp16 /tmp/qdq22/mbv2 660 \
+            > "$R/fp16-mbv2.log" 2>&1
+          echo "exit $?" >> "$R/fp16-mbv2.log"
+          ;;
+        gpu-tests)  # the GPU tests of the tree (level 1), capped at TESTS_S
+          timeout "${TESTS_S:-400}" python3.10 -m pytest -m gpu ${GPU_TESTS:-tests/gpu} -q -p no:cacheprovider \
+            > "$R/pytest-gpu.log" 2>&1
+          echo "exit $?" >> "$R/pytest-gpu.log"
+          ;;
         minilm-run) bash benchmarks/deploy_gpu.sh "$R/deploy-run" 1 minilm > "$R/deploy-minilm-run.log" 2>&1 ;;
         yolov8n-run) bash benchmarks/deploy_gpu.sh "$R/deploy-run8" 1 yolov8n > "$R/deploy-yolov8n-run.log" 2>&1 ;;
         *) log "unknown step $step" ;;
@@ -95,8 +116,8 @@ case $1 in
       progress.log 2>/dev/null
     cp "$P/progress.log" "$out/" 2>/dev/null
     cat "$P/progress.log" 2>/dev/null; for f in "$R"/qdq/*/table.md; do [ -f "$f" ] && { echo "== $f"; cat "$f"; }; done
-    for f in "$R"/deploy*/pytest-*.log; do [ -f "$f" ] && { echo "== $f"; tail -4 "$f"; }; done
-    for f in "$R"/qdq-*.log; do [ -f "$f" ] && { echo "== $f"; grep -v 'it/s' "$f" | tail -3 | cut -c1-300; }; done
+    for f in "$R"/deploy*/pytest-*.log "$R"/pytest-gpu.log; do [ -f "$f" ] && { echo "== $f"; tail -4 "$f"; }; done
+    for f in "$R"/qdq-*.log "$R"/fp16-*.log; do [ -f "$f" ] && { echo "== $f"; grep -v 'it/s' "$f" | tail -3 | cut -c1-300; }; done
     ls -la "$out"; [ -f "$P/done" ] && echo PIPELINE-DONE || echo "PIPELINE-RUNNING: $(tail -1 "$P/progress.log")"
     ;;
   stop)
