@@ -13,7 +13,9 @@ import inspect
 import json
 import re
 import sys
+from pathlib import Path
 
+_NAME = re.compile(rb"(?<![A-Za-z0-9_])[a-z][a-z0-9_]{2,60}(?![A-Za-z0-9_])")
 _SKIP = {"__class__", "__doc__", "__module__", "__dict__", "__weakref__", "__new__", "__getstate__", "__setstate__",
          "__reduce__", "__reduce_ex__", "__subclasshook__", "__init_subclass__", "__sizeof__", "__dir__",
          "__format__", "__getattribute__", "__setattr__", "__delattr__", "_pybind11_conduit_v1_"}
@@ -126,7 +128,19 @@ def inventory(mod) -> dict:
         if is_enum(cls):
             entry["enum"] = sorted(cls.__members__)
         classes[qual] = entry
-    return {"version": str(mod.__version__), "module": module, "classes": classes}
+    bound = set(module) | {m for c in classes.values() for m in c["members"]}
+    return {"version": str(mod.__version__), "module": module, "classes": classes,
+            "callbacks": sorted(extension_names(mod) - bound)}
+
+
+def extension_names(mod) -> set[str]:
+    """Identifier-like strings in the extension module: besides what it binds, the names of the Python methods its
+    C++ trampolines call on a subclass (IInt8LegacyCalibrator.get_quantile has no binding of its own)."""
+    names: set[str] = set()
+    for path in getattr(mod, "__path__", []):
+        for ext in Path(path).glob("tensorrt*.so"):
+            names |= {m.decode() for m in _NAME.findall(ext.read_bytes())}
+    return names
 
 
 def main(argv: list[str]) -> int:
