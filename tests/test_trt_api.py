@@ -42,8 +42,11 @@ def api_of(version: str) -> Api:
         try:
             _INVENTORIES[version] = bindings.inventory(version)
         except bindings.Unavailable as exc:
-            _unavailable(str(exc))
-    return Api(_INVENTORIES[version])
+            _INVENTORIES[version] = exc  # asked once per session
+    found = _INVENTORIES[version]
+    if isinstance(found, bindings.Unavailable):
+        _unavailable(str(found))
+    return Api(found)
 
 
 @pytest.fixture(scope="module")

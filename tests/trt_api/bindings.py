@@ -83,9 +83,10 @@ def unpacked(version: str, cache: Path) -> Path:
 
 
 def compiler() -> str:
-    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    given = os.environ.get("CC")
+    cc = shutil.which(given) if given else shutil.which("cc") or shutil.which("gcc")
     if not cc:
-        raise Unavailable("no C compiler (cc or gcc) to build the stub TensorRT libraries")
+        raise Unavailable(f"no C compiler ({given or 'cc or gcc'}) to build the stub TensorRT libraries")
     return cc
 
 
