@@ -84,7 +84,7 @@ def test_two_profiles_each_runner_on_its_own(version, data, ref):
         {"input": {"min": list(_s(1)), "opt": list(_s(8)), "max": list(_s(32))}},
         {"input": {"min": list(_s(33)), "opt": list(_s(40)), "max": list(_s(64))}}]
     r = TrtRunner(built.plan, trt, mem, profile=1)
-    assert r.profile == 1 and r.context.profile == 1 and r.min_batch["input"] == 33
+    assert r.profile == 1 and r.context.active_optimization_profile == 1 and r.min_batch["input"] == 33
     for n in (33, 40, 64):
         np.testing.assert_allclose(r.run({"input": data[:n]})["logits"], ref[:n], rtol=1e-5, atol=1e-6)
     assert (1, "input", _s(40)) in r.context.shapes_set  # the shape was set on profile 1's binding or tensor

@@ -51,8 +51,26 @@ def test_tensorrt_11_refuses_implicit_int8_and_points_to_qdq(cnn_data):
         make_calibrator("entropy2", ArraySource(cnn_data, "input", 8), SHAPE, 8, mem, None, "", trt)
     with pytest.raises(CalibError, match="Q/DQ"):
         build(CNN, BuildSpec(precisions=("int8",), batch_size=8), None, trt, mem)
-    built = build(CNN, BuildSpec(precisions=("fp32", "fp16"), batch_size=8), None, trt, mem)  # no INT8: fine
-    assert built.info["layer_summary"] == {"fp16": 9}
+    built = build(CNN, BuildSpec(precisions=("fp32",), batch_size=8), None, trt, mem)  # no INT8: fine
+    assert built.info["layer_summary"] == {"fp32": 9} and built.info["strongly_typed"]
+    assert trt.builds[-1]["network"].flags == 0  # 11 types every network strongly: STRONGLY_TYPED is ignored
+
+
+def test_tensorrt_11_types_every_network_strongly():
+    """TensorRT 11 has no FP16 flag and no layer precisions: an FP32 model cannot be built in fp16 there, and
+    weak typing or layer precisions are refused naming the version, before TensorRT is asked."""
+    trt, mem = _trt("11.0.0")
+    with pytest.raises(CalibError, match="fp16 precision cannot be honoured"):
+        build(CNN, BuildSpec(precisions=("fp32", "fp16"), batch_size=8), None, trt, mem)
+    with pytest.raises(CalibError, match="11.0.0 builds every network strongly typed"):
+        build(CNN, BuildSpec(precisions=("fp32",), batch_size=8, strongly_typed=False), None, trt, mem)
+    with pytest.raises(CalibError, match="layer precisions need a weakly typed build"):
+        build(CNN, BuildSpec(precisions=("fp32",), batch_size=8, layer_precisions=("op:Gemm=fp32",)), None, trt, mem)
+    with pytest.raises(CalibError, match="11.0.0 builds every network strongly typed.*precision constraints cannot"):
+        compat.constraint_flag(trt, "obey")
+    with pytest.raises(CalibError, match="has no tactic source 'CUBLAS'.*EDGE_MASK_CONVOLUTIONS"):
+        build(CNN, BuildSpec(precisions=("fp32",), batch_size=8, tactic_sources=("CUBLAS",)), None, trt, mem)
+    assert trt.builds == []
 
 
 def test_rebatcher_keeps_every_sample_in_order_and_pads_the_last():
@@ -184,9 +202,9 @@ def test_qdq_model_builds_explicitly(tmp_path, cnn_data):
         cfg = trt.builds[-1]["config"]
         net = trt.builds[-1]["network"]
         typed = bool(net.flags & (1 << int(getattr(trt.NetworkDefinitionCreationFlag, "STRONGLY_TYPED", 31))))
-        assert built.info["strongly_typed"] == typed == (version == "11.0.0")
-        if typed:  # the types come from the Q/DQ nodes and the model
-            assert trt.BuilderFlag.INT8 not in cfg.flags
+        assert built.info["strongly_typed"] == (version == "11.0.0") and not typed  # 11 ignores the flag
+        if version == "11.0.0":  # the types come from the Q/DQ nodes and the model; 11 has no INT8 flag
+            assert cfg.flags == set() and not hasattr(trt.BuilderFlag, "INT8")
         else:
             assert trt.BuilderFlag.INT8 in cfg.flags and cfg.int8_calibrator is None
 
@@ -273,7 +291,7 @@ def test_a_profiled_runner_times_its_later_runs_without_the_profiler(version, cn
         prof = profile_layers(r, {"input": cnn_data[:8]}, runs=3, warmup=1)
         assert prof["runs"] == 3 and prof["layers"]
         attached = r.context._profiler
-        assert attached is not None and r.context.refused_profilers == 0  # never handed a None that 8.6 refuses
+        assert attached is not None and r.context._refused_profilers == 0  # never handed a None that 8.6 refuses
         seen = {k: len(v) for k, v in attached.times.items()}
         r.run({"input": cnn_data[8:16]})
         r.latency({"input": cnn_data[:8]}, warmup=1, iters=2, repeats=2)

@@ -323,8 +323,8 @@ def _engine_outputs_not_inputs(model, out, cache, calibrator, data, layer_precis
 @click.option("--ignore-hash", is_flag=True, help="Use a cache whose sidecar names another model.")
 @click.option("--allow-unknown", is_flag=True, help="Use a cache naming tensors the model lacks (ignored).")
 @click.option("--strongly-typed/--weakly-typed", "strongly_typed", default=None,
-              help="Q/DQ models: network typing (default: strongly typed on TensorRT 11+, weakly on 10.x so that "
-                   "fp16 is honoured; a strongly typed FP32 model with fp16 is refused).")
+              help="Network typing (default: weakly typed on TensorRT 10.x so that fp16 is honoured; TensorRT 11 "
+                   "types every network strongly; a strongly typed FP32 model with fp16 is refused).")
 @_cache_checks
 @_handled
 @with_data

@@ -225,8 +225,8 @@ def histogram_plots(stats, amax: dict, tensors: list[str]) -> list[tuple[str, st
 
 def engine_rows(report: dict) -> list[dict]:
     """One row per TensorRT engine: precision mix, latency, speed-up against the FP16 and FP32 engines."""
-    trt = report.get("tensorrt") or {}
-    engines = trt.get("engines", {})
+    section = report.get("tensorrt") or {}
+    engines = section.get("engines", {})
     ref = {k: (engines.get(f"trt-{k}") or {}).get("latency", {}).get("median_ms") for k in ("fp32", "fp16")}
     rows = []
     for name, e in engines.items():

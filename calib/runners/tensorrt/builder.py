@@ -41,7 +41,7 @@ class BuildSpec:
     profiles: tuple = ()  # optimization profiles: each {input: (min, opt, max)}; see calib.runners.tensorrt.profiles
     mark_outputs: tuple[str, ...] = ()  # extra outputs: tensor names, or "*" for every float tensor
     tactic_sources: tuple[str, ...] | None = None  # TacticSource names; None: TensorRT's default or $CALIB_TRT_TACTIC_SOURCES
-    strongly_typed: bool | None = None  # Q/DQ models: None = TensorRT 11+ strongly typed, 10.x weakly (FP16 flag kept)
+    strongly_typed: bool | None = None  # None: strongly typed on TensorRT 11 (always), weakly on 10.x (FP16 flag kept)
 
     def __post_init__(self):
         object.__setattr__(self, "profiles", shape_profiles.normalize(self.profiles))
@@ -154,6 +154,7 @@ def _mark(trt, network, wanted) -> int:
 
 
 def _apply_layer_precisions(trt, network, rules, op_types: dict) -> dict:
+    compat.require_weak_typing(trt, "layer precisions")
     dtype = {"fp32": trt.float32, "fp16": trt.float16, "int8": trt.int8}
     floats = (trt.float32, trt.float16)
     hit = {pat: 0 for pat, _ in rules}
@@ -221,7 +222,7 @@ def _input_shapes(inputs: dict, profs: tuple) -> dict:
     return {n: first[n].opt if n in first else dims for n, dims in inputs.items()}
 
 
-def _add_profiles(builder, cfg, inputs: dict, profs: tuple, calibrator) -> None:
+def _add_profiles(trt, builder, cfg, inputs: dict, profs: tuple, calibrator) -> None:
     """Every profile (set_shape for the dynamic inputs), and for a calibrator a fixed calibration profile at
     the first profile's opt shapes (TensorRT calibrates at one shape)."""
     dynamic = {n for n, dims in inputs.items() if any(d < 0 for d in dims)}
@@ -232,6 +233,7 @@ def _add_profiles(builder, cfg, inputs: dict, profs: tuple, calibrator) -> None:
                 prof.set_shape(n, r.min, r.opt, r.max)
         cfg.add_optimization_profile(prof)
     if profs and calibrator is not None:
+        compat.check_implicit_int8(trt)
         cal = builder.create_optimization_profile()
         for n, r in profs[0]:
             if n in dynamic:
@@ -257,19 +259,22 @@ def _config(trt, builder, spec: BuildSpec, inputs: dict, profs: tuple, calibrato
         mask = 0
         for t in tactics:
             if not hasattr(trt.TacticSource, t.upper()):
-                raise CalibError(f"unknown TensorRT tactic source '{t}'")
+                have = ", ".join(n for n in dir(trt.TacticSource) if n.isupper())
+                raise CalibError(f"TensorRT {trt.__version__} has no tactic source '{t}' (it has: {have})")
             mask |= 1 << int(getattr(trt.TacticSource, t.upper()))
         cfg.set_tactic_sources(mask)
     cfg.profiling_verbosity = trt.ProfilingVerbosity.DETAILED
-    _add_profiles(builder, cfg, inputs, profs, calibrator)
-    if "fp16" in spec.precisions and not strongly_typed:
-        cfg.set_flag(trt.BuilderFlag.FP16)
-    if "int8" in spec.precisions and not strongly_typed:
-        cfg.set_flag(trt.BuilderFlag.INT8)
-        if not explicit:
-            if calibrator is None:
-                raise CalibError("int8 needs a calibration cache or a calibrator (or a Q/DQ model)")
-            cfg.int8_calibrator = calibrator
+    _add_profiles(trt, builder, cfg, inputs, profs, calibrator)
+    if not strongly_typed:
+        compat.require_weak_typing(trt, "weak typing (FP16/INT8 flags, a calibrator)")
+        if "fp16" in spec.precisions:
+            cfg.set_flag(trt.BuilderFlag.FP16)
+        if "int8" in spec.precisions:
+            cfg.set_flag(trt.BuilderFlag.INT8)
+            if not explicit:
+                if calibrator is None:
+                    raise CalibError("int8 needs a calibration cache or a calibrator (or a Q/DQ model)")
+                cfg.int8_calibrator = calibrator
     if spec.timing_cache:
         p = Path(spec.timing_cache)
         blob = p.read_bytes() if p.is_file() and str(p) not in UNREADABLE_TIMING_CACHES else b""
@@ -307,9 +312,12 @@ def build(model_path, spec: BuildSpec = BuildSpec(), calibrator=None, trt=None, 
     rules = parse_layer_precisions(spec.layer_precisions)
     onnx_model = onnx.load(str(model_path), load_external_data=False)
     explicit = has_qdq(onnx_model)
-    strongly_typed = _strongly_typed(trt, spec, explicit, onnx_model, model_path)
     if "int8" in spec.precisions and not explicit:
         compat.check_implicit_int8(trt)
+    strongly_typed = _strongly_typed(trt, spec, onnx_model, model_path)
+    if rules and strongly_typed:
+        raise CalibError("layer precisions need a weakly typed build (TensorRT 10: --weakly-typed; TensorRT 11 "
+                         "builds every network strongly typed): give the model the types its layers should run in")
     logger = trt_logger(trt)
     logger.errors.clear()
     builder = trt.Builder(logger)
@@ -326,8 +334,7 @@ def build(model_path, spec: BuildSpec = BuildSpec(), calibrator=None, trt=None, 
     profs = _profiles(inputs, spec_used)
     cfg = _config(trt, builder, spec_used, inputs, profs, calibrator, explicit, strongly_typed)
     if applied and spec.constraints != "none":
-        flag = "OBEY_PRECISION_CONSTRAINTS" if spec.constraints == "obey" else "PREFER_PRECISION_CONSTRAINTS"
-        cfg.set_flag(getattr(trt.BuilderFlag, flag))
+        cfg.set_flag(compat.constraint_flag(trt, spec.constraints))
     t0 = time.perf_counter()
     try:
         with nvtx_range(f"calib.build {model_path.name}"):
@@ -367,19 +374,23 @@ def float_type(model: onnx.ModelProto) -> str:
     return "fp16" if types and all(t != f32 for t in types) and f16 in types else "fp32"
 
 
-def _strongly_typed(trt, spec: BuildSpec, explicit: bool, model: onnx.ModelProto, path: Path) -> bool:
+def _strongly_typed(trt, spec: BuildSpec, model: onnx.ModelProto, path: Path) -> bool:
     """Whether to build a strongly typed network, refusing what such a build cannot honour.
 
     A strongly typed network runs every layer in the types the ONNX model states: the FP16 flag means nothing there,
-    so an FP32 Q/DQ model would run its float layers in FP32 while the engine's sidecar said fp16."""
+    so an FP32 model would run its float layers in FP32 while the engine's sidecar said fp16. TensorRT 11 builds
+    every network strongly typed; 10.x weakly unless asked."""
     major = compat.version(trt)[0]
-    want = spec.strongly_typed if spec.strongly_typed is not None else (explicit and major >= 11)
+    if not compat.weakly_typed(trt) and spec.strongly_typed is False:
+        raise CalibError(f"TensorRT {trt.__version__} builds every network strongly typed: build without "
+                         "--weakly-typed")
+    want = spec.strongly_typed if compat.weakly_typed(trt) else True
     if want and major < 10:
         raise CalibError(f"TensorRT {trt.__version__} has no strongly typed networks (10.0+): build without it")
     if want and "fp16" in spec.precisions and float_type(model) == "fp32":
         raise CalibError(f"{path}: a strongly typed build runs the float layers in the model's own types (FP32 "
                          "here), so the fp16 precision cannot be honoured: drop fp16, build weakly typed "
-                         "(TensorRT 10: --weakly-typed), or give a Q/DQ model whose float layers are FP16")
+                         "(TensorRT 10: --weakly-typed), or give a model whose float layers are FP16")
     return bool(want)
 
 

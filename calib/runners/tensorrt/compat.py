@@ -1,12 +1,20 @@
-"""One small layer over the TensorRT Python API differences between 8.6 and 10.x (and what 11 removed).
+"""One small layer over the TensorRT Python API differences between 8.6, 10.x and 11.x.
 
-- networks: explicit batch flag (8.x, default in 10), strongly typed flag (10.x, for Q/DQ models);
-- builds: build_serialized_network (8.x/10.x) or build_engine + serialize (older 8.x);
+- networks: explicit batch flag (8.x, default in 10), strongly typed flag (10.x, for Q/DQ models); 11 builds every
+  network strongly typed (the flag is deprecated and ignored), so precision flags, layer precisions and
+  calibrators exist up to 10.x only (`require_weak_typing`);
+- builds: build_serialized_network (8.x/10.x/11.x) or build_engine + serialize (older 8.x);
 - I/O: named tensors + set_tensor_address + execute_async_v3 where they exist, bindings + execute_async_v2
-  otherwise;
+  otherwise (8.x; 10 removed the bindings API);
 - implicit INT8 (IInt8Calibrator) exists up to 10.x and is refused on 11+, pointing to the Q/DQ path.
+
+Every TensorRT name calib uses is checked against the real bindings of 10.13 and 11.4 on the path this module
+picks for each (tests/test_trt_api.py): a name a version lacks must sit behind a probe (`has`, `getattr` with a
+default) or a version test here.
 """
 from __future__ import annotations
+
+import functools
 
 from calib.errors import CalibError, require
 
@@ -61,6 +69,25 @@ def cache_version(trt) -> str:
     return str(major * 1000 + minor * 100 + patch * 10)
 
 
+def weakly_typed(trt) -> bool:
+    """Whether this TensorRT builds weakly typed networks (FP16/INT8 flags, layer precisions, calibrators): up to
+    10.x. TensorRT 11 runs every layer in the types the network gives it."""
+    return version(trt)[0] < 11
+
+
+def require_weak_typing(trt, what: str) -> None:
+    if not weakly_typed(trt):
+        raise CalibError(f"TensorRT {trt.__version__} builds every network strongly typed (each layer runs in the "
+                         f"ONNX model's types), so {what} cannot be used (TensorRT 10 or earlier)")
+
+
+def constraint_flag(trt, constraints: str):
+    """The BuilderFlag that makes layer precisions bind: obey (an error where TensorRT cannot) or prefer."""
+    require_weak_typing(trt, "layer precision constraints")
+    return getattr(trt.BuilderFlag, "OBEY_PRECISION_CONSTRAINTS" if constraints == "obey"
+                   else "PREFER_PRECISION_CONSTRAINTS")
+
+
 def check_implicit_int8(trt) -> None:
     """Implicit INT8 (a calibrator or a cache) needs IInt8Calibrator, which TensorRT 11 removed."""
     if version(trt)[0] >= 11 or not hasattr(trt, "IInt8EntropyCalibrator2"):
@@ -80,7 +107,7 @@ def network_flags(trt, strongly_typed: bool = False) -> int:
     explicit = getattr(trt.NetworkDefinitionCreationFlag, "EXPLICIT_BATCH", None)
     if explicit is not None and version(trt)[0] < 10:
         flags |= 1 << int(explicit)
-    if strongly_typed:
+    if strongly_typed and weakly_typed(trt):  # 11: always strongly typed, STRONGLY_TYPED deprecated and ignored
         st = getattr(trt.NetworkDefinitionCreationFlag, "STRONGLY_TYPED", None)
         if st is None:
             raise CalibError(f"TensorRT {trt.__version__} has no strongly typed networks (10.0+)")
@@ -173,21 +200,24 @@ def context_shape(context, engine, name: str, profile: int = 0) -> tuple[int, ..
 
 
 class Executor:
-    """Runs one execution context on a stream with fixed device addresses, v3 where it exists, else v2."""
+    """Runs one execution context on a stream with fixed device addresses: v3 (named tensors) where it exists,
+    v2 (bindings) where only it exists or where v3 is not preferred and v2 is there."""
 
     def __init__(self, engine, context, addresses: dict, prefer_v3: bool = True, profile: int = 0):
         self.context = context
-        self.v3 = prefer_v3 and has(context, "execute_async_v3") and has(context, "set_tensor_address")
-        if self.v3:
+        named = has(context, "execute_async_v3") and has(context, "set_tensor_address")
+        v3 = named and (prefer_v3 or not has(context, "execute_async_v2"))
+        self.v3 = v3
+        if v3:
             for name, ptr in addresses.items():
                 context.set_tensor_address(name, int(ptr))
+            self.enqueue = context.execute_async_v3
         else:
-            self.bindings = [0] * engine.num_bindings
+            bindings = [0] * engine.num_bindings
             for name, ptr in addresses.items():
-                self.bindings[binding_index(engine, name, profile)] = int(ptr)
+                bindings[binding_index(engine, name, profile)] = int(ptr)
+            self.enqueue = functools.partial(context.execute_async_v2, bindings)
 
     def __call__(self, stream) -> None:
-        handle = int(stream)
-        ok = self.context.execute_async_v3(handle) if self.v3 else self.context.execute_async_v2(self.bindings, handle)
-        if ok is False:
+        if self.enqueue(int(stream)) is False:
             raise CalibError("TensorRT could not enqueue the engine (see the TensorRT log above)")
