@@ -73,7 +73,7 @@ CASES = {
              "--no-layerwise": "every activation of one 800x608 sample compared needs about 3.8 GB"}),
     "ppocr-det": Case(
         "ppocr-det",
-        ("--input-shape", "x=1x3x736x736", "--bgr", "--mean", "0.5", "--std", "0.5"),
+        ("--input-shape", "x=1x3x736x736", "--bgr", "--mean", "0.5", "--std", "0.5", "--batch-size", "1"),
         ("photos/astronaut.jpg", "photos/text.jpg", "photos_crops/013_page.jpg"),
         ("photos/page.jpg", "photos/coffee.jpg", "photos_crops/031_page.jpg", "photos_crops/032_text.jpg"),
         ("--postprocess", f"{HOOKS}/db_post.py:decode"), "map50_95_vs_fp32",
