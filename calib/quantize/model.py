@@ -61,12 +61,11 @@ def _dims(value_info) -> tuple:
 _LIGHT_MIN = 64  # float initializers with more values than this stand in for themselves as typed graph inputs
 
 
-def infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
-    """ONNX shape inference without copying the weights: large float initializers become typed graph inputs.
-
-    Shape inference reads initializers' values only where they decide a shape (Reshape's shape, Pad's pads,
-    Resize's scales...): integer or small tensors, which are kept. The weights of a model are neither, and
-    onnx's inference serializes the whole model, so leaving them out makes it tens of times faster."""
+def light_model(model: onnx.ModelProto, dims=None) -> onnx.ModelProto:
+    """The model for shape inference without its weights: float initializers with more than _LIGHT_MIN values
+    become typed graph inputs. `dims` (input -> dims) sets those inputs' shapes; the graph's own value_info and
+    output shapes, which may contradict them, are then left out."""
+    dims = dims or {}
     g0 = model.graph
     light = onnx.ModelProto()
     light.ir_version = model.ir_version
@@ -75,9 +74,16 @@ def infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
     g = light.graph
     g.name = g0.name
     g.node.extend(g0.node)
-    g.input.extend(g0.input)
-    g.output.extend(g0.output)
-    g.value_info.extend(g0.value_info)
+    for vi in g0.input:
+        if vi.name in dims:
+            vi = onnx.helper.make_tensor_value_info(vi.name, vi.type.tensor_type.elem_type, list(dims[vi.name]))
+        g.input.append(vi)
+    if dims:
+        g.output.extend(onnx.helper.make_tensor_value_info(o.name, o.type.tensor_type.elem_type, None)
+                        for o in g0.output)
+    else:
+        g.output.extend(g0.output)
+        g.value_info.extend(g0.value_info)
     declared = {i.name for i in g0.input}
     for t in g0.initializer:
         size = 1
@@ -88,7 +94,16 @@ def infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
                 g.input.append(onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
         else:
             g.initializer.append(t)
-    return onnx.shape_inference.infer_shapes(light)
+    return light
+
+
+def infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
+    """ONNX shape inference without copying the weights: large float initializers become typed graph inputs.
+
+    Shape inference reads initializers' values only where they decide a shape (Reshape's shape, Pad's pads,
+    Resize's scales...): integer or small tensors, which are kept. The weights of a model are neither, and
+    onnx's inference serializes the whole model, so leaving them out makes it tens of times faster."""
+    return onnx.shape_inference.infer_shapes(light_model(model))
 
 
 def _elem_types(model: onnx.ModelProto) -> dict[str, int]:

@@ -9,16 +9,14 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 import onnx
-from onnx import helper
 
 from calib.errors import ModelError
-from calib.quantize.model import FLOAT_TYPES, ModelInfo
+from calib.quantize.model import ModelInfo, light_model
 
 log = logging.getLogger(__name__)
 
 _BYTES = {onnx.TensorProto.FLOAT: 4, onnx.TensorProto.FLOAT16: 2, onnx.TensorProto.BFLOAT16: 2,
           onnx.TensorProto.DOUBLE: 8}
-_LIGHT_MIN = 64
 
 
 def _known(d) -> bool:
@@ -65,30 +63,6 @@ def fixed_batch(info: ModelInfo) -> int | None:
     return None
 
 
-def _light(model: onnx.ModelProto, dims: Mapping[str, tuple]) -> onnx.ModelProto:
-    """The graph without its large float weights (typed inputs stand in for them), inputs at `dims`."""
-    g0 = model.graph
-    light = onnx.ModelProto()
-    light.ir_version = model.ir_version
-    light.opset_import.extend(model.opset_import)
-    light.functions.extend(model.functions)
-    g = light.graph
-    g.node.extend(g0.node)
-    g.output.extend(helper.make_tensor_value_info(o.name, o.type.tensor_type.elem_type, None) for o in g0.output)
-    init = {t.name for t in g0.initializer}
-    for vi in g0.input:
-        if vi.name in dims:
-            g.input.append(helper.make_tensor_value_info(vi.name, vi.type.tensor_type.elem_type, list(dims[vi.name])))
-        elif vi.name not in init:
-            g.input.append(vi)
-    for t in g0.initializer:
-        if int(np.prod(t.dims)) > _LIGHT_MIN and t.data_type in FLOAT_TYPES:
-            g.input.append(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
-        else:
-            g.initializer.append(t)
-    return light
-
-
 def _sizes(model: onnx.ModelProto, info: ModelInfo, dims: Mapping[str, tuple] | None) -> tuple[dict, int] | None:
     """(float tensor -> bytes for the inputs at `dims`, samples those dims hold) from ONNX shape inference; None
     where an input's size is not known (the batch dimension may be left free: the model's fixed batch, else 1)."""
@@ -102,11 +76,12 @@ def _sizes(model: onnx.ModelProto, info: ModelInfo, dims: Mapping[str, tuple] | 
         if not all(_known(x) for x in d):
             return None
         at[name] = d
+    light = light_model(model, at)
     try:
-        g = onnx.shape_inference.infer_shapes(_light(model, at), data_prop=True).graph
+        g = onnx.shape_inference.infer_shapes(light, data_prop=True).graph
     except Exception as exc:  # a model shape inference fails on: counted from the inputs alone
         log.warning("shape inference failed (%s); activation sizes unknown", exc)
-        g = _light(model, at).graph
+        g = light.graph
     sizes = {}
     for vi in list(g.input) + list(g.value_info) + list(g.output):
         t = vi.type.tensor_type
