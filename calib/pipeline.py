@@ -17,12 +17,14 @@ from calib.evaluate.api import evaluate
 from calib.evaluate.postprocess import load as load_hook
 from calib.evaluate.report import primary_score, summary, write_reports
 from calib.evaluate.tasks import check_task
-from calib.io.files import atomic_write_bytes
+from calib.deploy.fp16_candidate import add_fp16_rows, float_type, write_fp16
+from calib.io.files import atomic_write_bytes, atomic_write_text
 from calib.io.memory import Budget, parse_size
 from calib.io.progress import setup_logging
 from calib.io.publish import publish
 from calib.quantize import cache as cachefmt
 from calib.quantize.coverage import check_float_weights, weight_coverage
+from calib.quantize.fp16_model import ranges_json
 from calib.quantize.model import inspect_model
 from calib.quantize.opset import describe_opset
 from calib.quantize.qdq import insert_qdq
@@ -177,6 +179,8 @@ def _run(recipe: Recipe, stage: Path, final: Path | None = None) -> None:
     if getattr(csrc, "bad", None):
         log.warning("%d unreadable images skipped", len(csrc.bad))
     amax, used, secs = compute_all(stats, info.activations, c.algorithms, _params(recipe), model=model_path)
+    have = set(stats.names())
+    ranges = {t: float(stats.absmax(t)) for t in info.activations if t in have}
     files = [model_path.name] if plugins else []
     side_extra = {"recipe": Path(recipe.source).name, "preprocess": dataclasses.asdict(recipe.preprocess)}
     for algo in c.algorithms:
@@ -223,6 +227,17 @@ def _run(recipe: Recipe, stage: Path, final: Path | None = None) -> None:
     q = insert_qdq(onnx.load(str(qdq_from)), amax[best], int8_weights=c.int8_weights, label=str(qdq_from))
     atomic_write_bytes(stage / qdq_name, q.SerializeToString())
     log.info("wrote %s (%s; %s)", qdq_name, describe_opset(q), weight_coverage(q).describe())
+    atomic_write_text(stage / "ranges.json", ranges_json(ranges, samples))
+    files.append("ranges.json")
+    fp16 = None
+    if float_type(c) == "fp16":
+        fp16 = write_fp16(qdq_from, amax[best], ranges, c, stage, best, plugins)
+        files.append(fp16["file"])
+        if fp16.get("evaluate"):
+            fp16["rows"] = add_fp16_rows(result, best, q, fp16.pop("evaluate"), model_path,
+                                         make_source(espec, recipe.preprocess, inputs, recipe.evaluation.batch_size),
+                                         recipe, budget, hook)
+            summ = summary(result, candidates=list(c.algorithms))  # the same decision, with the two rows
     files += [f for f in (qdq_name, "report.json", "report.md", "report.html", "run.log") if f not in files]
     report = {"recipe": recipe.name, "recipe_file": recipe.source, "calib_version": __version__,
               "model": recipe.model if recipe.model.startswith("zoo:") else str(original),
@@ -237,6 +252,10 @@ def _run(recipe: Recipe, stage: Path, final: Path | None = None) -> None:
               "model_file": str(_deployed_file(deployed, model_path, plugins, equalized, final or recipe.output)),
               "out_dir": str(final or recipe.output),
               "caches": {a: f"{final or recipe.output}/{a}.cache" for a in c.algorithms}}
+    report["ranges"] = "ranges.json"
+    if fp16 is not None:
+        report["fp16_model"] = fp16["file"]
+        report["fp16"] = fp16
     if equalized is not None:
         report["equalization"] = equalized
         files.append(equalized["file"])

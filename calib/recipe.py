@@ -81,6 +81,10 @@ class CalibrationSpec:
     allow_float_weights: bool = False  # write the Q/DQ model even where a layer's input is quantized, its weight not
     allow_qdq: bool = False  # calibrate a model that holds Q/DQ nodes already (refused by default: not FP32)
     trt_version: str = field(default="8600", metadata={"digits": True})
+    # the type of the Q/DQ model's float layers: fp16 also writes the FP16+INT8 model for strongly typed builds
+    # (TensorRT 10 --stronglyTyped, 11); default: fp16 where trt_version is 11 or later, else fp32
+    float_type: str | None = field(default=None, metadata={"choices": ("fp32", "fp16")})
+    io_type: str = field(default="fp32", metadata={"choices": ("fp32", "fp16")})  # the FP16+INT8 model's inputs/outputs
     carrier: str = field(default="EntropyCalibration2", metadata={
         "choices": ("EntropyCalibration2", "EntropyCalibration", "MinMaxCalibration", "LegacyCalibration")})
 

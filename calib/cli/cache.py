@@ -110,12 +110,20 @@ def cache_diff(a, b, top, ignore_sidecar):
               help="Q/DQ: no Q/DQ on the layers this engine (built by calib build: its .json sidecar) ran in "
                    "FP16/FP32, e.g. an implicit INT8 engine's choices carried to an explicit one.")
 @click.option("--allow-qdq", is_flag=True, help="Q/DQ: quantize a model that holds Q/DQ nodes already (default: refused).")
+@click.option("--float-type", type=click.Choice(["fp32", "fp16"]), default="fp32", show_default=True,
+              help="Q/DQ: the type of the layers that are not INT8. fp16: the FP16+INT8 model for a strongly typed "
+                   "build (TensorRT 10 --stronglyTyped, TensorRT 11), FP32 kept where FP16 would not hold.")
+@click.option("--io-type", type=click.Choice(["fp32", "fp16"]), default="fp32", show_default=True,
+              help="--float-type fp16: the type of the model's inputs and outputs.")
+@click.option("--ranges", type=click.Path(dir_okay=False), default=None,
+              help="--float-type fp16: ranges.json from calib run (every tensor's maximum over the pass); without "
+                   "it the cache's amax, clipped by its calibrator, stands in.")
 @_cache_checks
 @click.option("--out", "-o", required=True, type=click.Path(dir_okay=False))
 @_handled
 def cache_convert(file, model, fmt, carrier, trt_version, exclude, ignore_hash, allow_unknown, int8_weights,
-                  quantize_stem_output, allow_float_weights, like_engine, allow_qdq, ignore_sidecar, allow_partial,
-                  out):
+                  quantize_stem_output, allow_float_weights, like_engine, allow_qdq, float_type, io_type, ranges,
+                  ignore_sidecar, allow_partial, out):
     """Turn a cache into a Q/DQ ONNX model (TensorRT explicit quantization) or relabel its header (+ sidecar)."""
     from calib.io.files import atomic_write_bytes
     from calib.io.inputs import refuse_overwrite
@@ -127,7 +135,13 @@ def cache_convert(file, model, fmt, carrier, trt_version, exclude, ignore_hash, 
     from calib.quantize.patterns import check_exclusions
     from calib.quantize.qdq import Exclusions, count_qdq, excluded_from, insert_qdq
 
+    if fmt != "qdq" and (float_type != "fp32" or io_type != "fp32" or ranges):
+        raise CalibError("--float-type, --io-type and --ranges apply to --to qdq only")
+    if float_type == "fp32" and (io_type != "fp32" or ranges):
+        raise CalibError("--io-type and --ranges apply to --float-type fp16 only")
     inputs = [(file, "the cache"), (sidecar_path(file), "the cache's sidecar"), (model, "--model")]
+    if ranges:
+        inputs.append((ranges, "--ranges"))
     if like_engine:
         inputs += [(like_engine, "--like-engine"), (f"{like_engine}.json", "--like-engine's sidecar")]
     outputs = [(out, "-o")] + ([(sidecar_path(out), "the sidecar of -o")] if fmt == "cache" else [])
@@ -154,6 +168,10 @@ def cache_convert(file, model, fmt, carrier, trt_version, exclude, ignore_hash, 
         write_converted(out, c, side, info, carrier, trt_version or c.version, source=file)
         click.echo(f"wrote {out} and its sidecar")
         return
+    if float_type == "fp16":
+        _write_fp16(proto, c, ex, int8_weights, io_type, ranges, quantize_stem_output, model, allow_float_weights,
+                    out, f"; {len(like)} layers left in float as in {like_engine}" if like_engine else "")
+        return
     q = insert_qdq(qproto, c.amaxes(), ex, int8_weights=int8_weights,
                    stem_output=quantize_stem_output)
     cov = weight_coverage(q)
@@ -161,3 +179,27 @@ def cache_convert(file, model, fmt, carrier, trt_version, exclude, ignore_hash, 
     atomic_write_bytes(out, q.SerializeToString())
     kept = f"; {len(like)} layers left in float as in {like_engine}" if like_engine else ""
     click.echo(f"wrote {out} ({count_qdq(q)} Q/DQ pairs; {cov.describe()}; {describe_opset(q)}{kept})")
+
+
+def _write_fp16(proto, c, ex, int8_weights, io_type, ranges, stem_output, model, allow_float_weights, out,
+                kept_text="") -> None:
+    """Write the FP16+INT8 model of `proto` with the cache `c` to `out` and say which layers stay FP32."""
+    from calib.io.files import atomic_write_bytes
+    from calib.quantize.coverage import check_float_weights, weight_coverage
+    from calib.quantize.fp16_model import make_fp16_model, read_ranges
+    from calib.quantize.opset import describe_opset
+    from calib.quantize.qdq import count_qdq
+
+    table = read_ranges(ranges) if ranges else None
+    f = make_fp16_model(proto, c.amaxes(), table, f"{ranges}" if ranges else None, ex, int8_weights, io_type,
+                        stem_output, label=model)
+    cov = weight_coverage(f.model)
+    check_float_weights(cov, model, allow_float_weights, "--allow-float-weights")
+    atomic_write_bytes(out, f.model.SerializeToString())
+    click.echo(f"wrote {out} ({count_qdq(f.model)} Q/DQ pairs; {cov.describe()}; {describe_opset(f.model)}; "
+               f"{f.describe()}; inputs/outputs {io_type}{kept_text})")
+    if not ranges:
+        click.echo("FP32 by range judged on the cache's amax (clipped by its calibrator); give --ranges "
+                   "(calib run's ranges.json) for the pass's own maxima", err=True)
+    for r in f.fp32_table():
+        click.echo(f"  FP32  {r['node']}  ({r['op'] or 'node'}; {r['rule']}: {r['reason']})")

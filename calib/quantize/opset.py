@@ -23,6 +23,8 @@ from calib.errors import ModelError
 log = logging.getLogger(__name__)
 
 QDQ_OPSET = 13  # the first opset with QuantizeLinear's per-channel axis
+FP16_QDQ_OPSET = 19  # the first with FP16 scales (QuantizeLinear's scale typed as its input, DequantizeLinear's output
+# as its scale), as TensorRT 10/11's ONNX parser reads them for a strongly typed network
 OPSET_KEY = "calib.opset"  # metadata of a Q/DQ model: its opset
 SOURCE_OPSET_KEY = "calib.converted_from_opset"  # and, when converted, the original's
 _TEMP = "calib_unnamed_node_"
@@ -37,10 +39,10 @@ def _label(model: onnx.ModelProto, label: str | None) -> str:
     return label or model.graph.name or "model"
 
 
-def _unconvertible(model: onnx.ModelProto):
-    """The first default-domain node whose op has no version at QDQ_OPSET, or None."""
+def _unconvertible(model: onnx.ModelProto, opset: int = QDQ_OPSET):
+    """The first default-domain node whose op has no version at `opset`, or None."""
     for node in model.graph.node:
-        if node.domain in ("", "ai.onnx") and not onnx.defs.has(node.op_type, QDQ_OPSET, ""):
+        if node.domain in ("", "ai.onnx") and not onnx.defs.has(node.op_type, opset, ""):
             return node
     return None
 
@@ -56,35 +58,40 @@ def _blocking_op(model: onnx.ModelProto, exc: Exception) -> str:
     return f"the converter says: {first}"
 
 
-def _refusal(model: onnx.ModelProto, label: str | None, what: str) -> ModelError:
+_NEEDS = {QDQ_OPSET: "QuantizeLinear's per-channel axis", FP16_QDQ_OPSET: "FP16 Q/DQ scales"}
+
+
+def _refusal(model: onnx.ModelProto, label: str | None, what: str, target: int = QDQ_OPSET) -> ModelError:
     opset = model_opset(model)
-    return ModelError(f"{_label(model, label)}: opset {opset} cannot be converted to opset {QDQ_OPSET}, which Q/DQ "
-                      f"needs (QuantizeLinear's per-channel axis): {what}; re-export the model at opset "
-                      f"{QDQ_OPSET} or later")
+    return ModelError(f"{_label(model, label)}: opset {opset} cannot be converted to opset {target}, which Q/DQ "
+                      f"needs ({_NEEDS.get(target, 'Q/DQ')}): {what}; re-export the model at opset "
+                      f"{target} or later")
 
 
-def at_qdq_opset(model: onnx.ModelProto, label: str | None = None) -> onnx.ModelProto:
-    """`model` itself at opset >= 13; below it, a converted copy with the original's tensor and node names.
+def at_qdq_opset(model: onnx.ModelProto, label: str | None = None, target: int = QDQ_OPSET) -> onnx.ModelProto:
+    """`model` itself at opset >= `target` (13; 19 for an FP16+INT8 model); below it, a converted copy with the
+    original's tensor and node names.
 
     A ModelError names the op that blocks the conversion."""
     opset = model_opset(model)
-    if opset >= QDQ_OPSET:
+    if opset >= target:
         return model
-    node = _unconvertible(model)
+    node = _unconvertible(model, target)
     if node is not None:
         name = f" ('{node.name}')" if node.name else ""
-        raise _refusal(model, label, f"op {node.op_type}{name} has no opset {QDQ_OPSET} version")
+        raise _refusal(model, label, f"op {node.op_type}{name} has no opset {target} version", target)
     named = onnx.ModelProto()
     named.CopyFrom(model)
     temp = _name_nodes(named.graph)
     try:
-        converted = version_converter.convert_version(named, QDQ_OPSET)
+        converted = version_converter.convert_version(named, target)
     except Exception as exc:  # the C++ converter raises RuntimeError / ValidationError
-        raise _refusal(model, label, _blocking_op(model, exc)) from None
+        raise _refusal(model, label, _blocking_op(model, exc), target) from None
     _restore_names(named.graph, converted.graph, temp)
     _check_names(model, converted, label)
-    converted.metadata_props.add(key=SOURCE_OPSET_KEY, value=str(opset))
-    log.info("%s: converted in memory from opset %d to %d for Q/DQ", _label(model, label), opset, QDQ_OPSET)
+    if not any(p.key == SOURCE_OPSET_KEY for p in converted.metadata_props):
+        converted.metadata_props.add(key=SOURCE_OPSET_KEY, value=str(opset))
+    log.info("%s: converted in memory from opset %d to %d for Q/DQ", _label(model, label), opset, target)
     return converted
 
 

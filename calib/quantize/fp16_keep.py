@@ -1,0 +1,127 @@
+"""Which float layers of a Q/DQ model stay FP32 in its FP16+INT8 model (calib.quantize.fp16), and why.
+
+- range: a layer whose output's absolute maximum over the calibration pass passes FP16's largest value (65504)
+  divided by RANGE_MARGIN (data beyond the calibration set goes further), and the float layers that read such a
+  tensor (they would read it rounded to infinity). The ranges are the pass's own maxima (calib run's ranges.json);
+  a cache's amax, where no ranges are given, is clipped by its calibrator and is only a lower bound.
+- reduction: Softmax, LogSoftmax and the normalizations (LayerNormalization, GroupNormalization,
+  InstanceNormalization) and the reductions whose sum of squares or exponentials overflows FP16 (ReduceSumSquare,
+  ReduceL2, ReduceLogSumExp).
+- variance: a ReduceMean/ReduceSum of a square (Pow with exponent 2, or Mul of a tensor by itself), as a LayerNorm
+  written out in elementary ops computes it, with the square and the Add/Sqrt/Reciprocal/Div that follow it.
+- output tail: the float layers after the last INT8 layer on the way to an output (a detector's box decoding,
+  scores): FP16 rounds box coordinates to 0.5 px at 640 and grid offsets beyond 2048 to whole pixels; these layers
+  cost nothing next to the network, so they keep the FP32 model's outputs.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import onnx
+
+from calib.quantize.fp16 import node_key
+from calib.quantize.model import constant_value
+
+FP16_MAX = 65504.0
+RANGE_MARGIN = 2.0  # a tensor at half of FP16's range on calibration data is too close to it
+REDUCTIONS = ("Softmax", "LogSoftmax", "LayerNormalization", "GroupNormalization", "InstanceNormalization",
+              "ReduceSumSquare", "ReduceL2", "ReduceLogSumExp", "ReduceLogSum")
+_SHAPE_OPS = ("Shape", "Size", "QuantizeLinear", "DequantizeLinear")
+
+
+@dataclass(frozen=True)
+class Kept:
+    node: str
+    op: str
+    rule: str  # range, reduction, variance, output-tail
+    reason: str
+
+
+def _square(model, node) -> bool:
+    if node.op_type == "Mul":
+        return len(node.input) == 2 and node.input[0] == node.input[1]
+    if node.op_type == "Pow" and len(node.input) == 2:
+        try:
+            v = constant_value(model, node.input[1])
+        except Exception:
+            v = None
+        return v is not None and v.size == 1 and float(v.reshape(-1)[0]) == 2.0
+    return False
+
+
+def _quantized_layers(g) -> set[int]:
+    """Indices of the nodes that read an activation through a DequantizeLinear fed by a QuantizeLinear."""
+    q_out = {n.output[0] for n in g.node if n.op_type == "QuantizeLinear"}
+    dq_act = {n.output[0] for n in g.node if n.op_type == "DequantizeLinear" and n.input[0] in q_out}
+    return {i for i, n in enumerate(g.node) if n.op_type not in _SHAPE_OPS and any(t in dq_act for t in n.input)}
+
+
+def fp32_layers(qdq: onnx.ModelProto, ranges: dict | None = None, ranges_from: str = "the calibration pass",
+                tail: bool = True) -> list[Kept]:
+    """The layers of the Q/DQ model `qdq` that stay FP32, each with its rule and reason, in graph order."""
+    g = qdq.graph
+    nodes = list(g.node)
+    made = {t: i for i, n in enumerate(nodes) for t in n.output}
+    readers: dict[str, list[int]] = {}
+    for i, n in enumerate(nodes):
+        for t in n.input:
+            readers.setdefault(t, []).append(i)
+    kept: dict[int, Kept] = {}
+
+    def add(i: int, rule: str, reason: str) -> None:
+        n = nodes[i]
+        if i not in kept and n.op_type not in _SHAPE_OPS:
+            kept[i] = Kept(node_key(n), n.op_type, rule, reason)
+
+    limit = FP16_MAX / RANGE_MARGIN
+    for t, amax in (ranges or {}).items():
+        if amax is None or not float(amax) > limit:
+            continue
+        why = f"'{t}' reaches {float(amax):.4g} over {ranges_from} (FP16 ends at 65504)"
+        if t in made:
+            add(made[t], "range", why)
+        for r in readers.get(t, []):
+            add(r, "range", f"reads {why}")
+    for i, n in enumerate(nodes):
+        if n.op_type in REDUCTIONS:
+            add(i, "reduction", f"{n.op_type}: its sums overflow or lose precision in FP16")
+    for i, n in enumerate(nodes):
+        if n.op_type not in ("ReduceMean", "ReduceSum") or not n.input or n.input[0] not in made:
+            continue
+        sq = made[n.input[0]]
+        if not _square(qdq, nodes[sq]):
+            continue
+        why = f"variance ({nodes[sq].op_type} -> {n.op_type}): squares overflow FP16"
+        add(sq, "variance", why)
+        add(i, "variance", why)
+        frontier = [n.output[0]]
+        while frontier:  # + eps, sqrt, 1/x or x / sigma: the normalization that reads the variance
+            t = frontier.pop()
+            for r in readers.get(t, []):
+                if nodes[r].op_type in ("Add", "Sqrt", "Reciprocal", "Div"):
+                    add(r, "variance", why)
+                    if nodes[r].op_type != "Div":
+                        frontier += list(nodes[r].output)
+    if tail:
+        for i in _tail(g, nodes, readers):
+            add(i, "output-tail", "after the last INT8 layer on the way to an output (box decoding, scores)")
+    return [kept[i] for i in sorted(kept)]
+
+
+def _tail(g, nodes, readers) -> list[int]:
+    """Float layers from which no INT8 layer can be reached and a model output can, in a model with INT8 layers."""
+    quant = _quantized_layers(g)
+    if not quant:
+        return []
+    outputs = {o.name for o in g.output}
+    feeds_int8: set[int] = set()
+    feeds_out: set[int] = set()
+    for i in range(len(nodes) - 1, -1, -1):  # reverse topological order
+        n = nodes[i]
+        nexts = [r for t in n.output for r in readers.get(t, [])]
+        if any(r in quant or r in feeds_int8 for r in nexts):
+            feeds_int8.add(i)
+        if any(t in outputs for t in n.output) or any(r in feeds_out for r in nexts):
+            feeds_out.add(i)
+    return [i for i in range(len(nodes)) if i in feeds_out and i not in feeds_int8 and i not in quant
+            and nodes[i].op_type not in _SHAPE_OPS]

@@ -1,0 +1,87 @@
+"""One call from an FP32 model and its scales to the FP16+INT8 model: opset 19, Q/DQ, the FP32 layers, FP16.
+
+Used by `calib cache convert --float-type fp16`, `calib cache migrate`, `calib run` (calibration.float_type) and
+`calib evaluate --float-type fp16`.
+"""
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import onnx
+
+from calib.errors import CalibError
+from calib.quantize.fp16 import Fp16Result, to_fp16
+from calib.quantize.fp16_keep import Kept, fp32_layers
+from calib.quantize.opset import FP16_QDQ_OPSET, at_qdq_opset
+from calib.quantize.qdq import Exclusions, insert_qdq
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Fp16Model:
+    model: onnx.ModelProto
+    kept: list[Kept]  # the FP32 layers calib's statistics ask for
+    fixed: dict  # node -> why it is FP32 whatever the statistics (no FP16 in ONNX, plugin, subgraph)
+    casts: int
+    ranges_from: str
+
+    def fp32_table(self) -> list[dict]:
+        rows = [asdict(k) for k in self.kept]
+        rows += [{"node": n, "op": "", "rule": "type", "reason": why} for n, why in self.fixed.items()
+                 if n not in {k.node for k in self.kept}]
+        return rows
+
+    def describe(self) -> str:
+        rules: dict[str, int] = {}
+        for r in self.fp32_table():
+            rules[r["rule"]] = rules.get(r["rule"], 0) + 1
+        kept = ", ".join(f"{v} {k}" for k, v in sorted(rules.items())) or "none"
+        return f"float layers FP16, FP32 kept: {kept}; {self.casts} casts"
+
+
+def make_fp16_model(model: onnx.ModelProto, amax: dict, ranges: dict | None = None, ranges_from: str | None = None,
+                    exclude: Exclusions = Exclusions(), int8_weights: bool = False, io_type: str = "fp32",
+                    stem_output: bool = False, label: str | None = None, tail: bool = True) -> Fp16Model:
+    """The FP16+INT8 model of `model` with activation amax `amax`. `ranges`: tensor -> absolute maximum over the
+    calibration pass (None: the amax table stands in, a lower bound); layers in `exclude` stay float (FP16)."""
+    m19 = at_qdq_opset(model, label, FP16_QDQ_OPSET)
+    q = insert_qdq(m19, amax, exclude, int8_weights=int8_weights, label=label, stem_output=stem_output)
+    if ranges is None:
+        ranges, ranges_from = dict(amax), ranges_from or "the cache's amax (clipped by its calibrator: a lower bound)"
+    kept = fp32_layers(q, ranges, ranges_from or "the calibration pass", tail=tail)
+    res: Fp16Result = to_fp16(q, {k.node: f"{k.rule}: {k.reason}" for k in kept}, io_type)
+    check(res.model, label)
+    fixed = {n: why for n, why in res.fp32_nodes.items() if n not in {k.node for k in kept}}
+    return Fp16Model(res.model, kept, fixed, res.casts, ranges_from or "the calibration pass")
+
+
+def check(model: onnx.ModelProto, label: str | None = None) -> None:
+    """onnx.checker and a strict type inference over the model (weights left out): a type clash is calib's bug."""
+    from calib.quantize.model import light_model
+
+    try:
+        onnx.checker.check_model(model)
+        onnx.shape_inference.infer_shapes(light_model(model), check_type=True, strict_mode=True)
+    except Exception as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise CalibError(f"{label or 'model'}: the FP16+INT8 model fails ONNX's checks: {first}") from None
+
+
+def read_ranges(path: str | Path) -> dict:
+    """ranges.json as `calib run` writes it: {"absmax": {tensor: value}} (or a plain {tensor: value})."""
+    from calib.io.reading import read_json
+
+    data = read_json(path, 256 << 20, "--ranges file")
+    table = data.get("absmax", data) if isinstance(data, dict) else None
+    if not isinstance(table, dict) or not all(isinstance(v, (int, float)) for v in table.values()):
+        raise CalibError(f"{path}: --ranges: expected {{\"absmax\": {{tensor: number}}}} as calib run writes it")
+    return {str(k): float(v) for k, v in table.items()}
+
+
+def ranges_json(absmax: dict, samples: int) -> str:
+    return json.dumps({"what": "absolute maximum of every float tensor over the calibration pass",
+                       "samples": samples, "absmax": absmax}, indent=1, sort_keys=False)
