@@ -154,6 +154,7 @@ def modelopt(py: str, model: Path, cache: Path, calib_f32: Path, out: Path, logf
 
 def prepare(key: str, args, stage: Path, local: Path) -> dict:
     from calib.calibrate import calibrate
+    from calib.io.memory import Budget
     from calib.evaluate.report import task_metrics  # noqa: F401  (import check before the long pass)
 
     m = MODELS[key]
@@ -174,7 +175,8 @@ def prepare(key: str, args, stage: Path, local: Path) -> dict:
     xcal = to_input(cal, m)
     np.save(ld / "calib_f32.npy", xcal)
     t0 = time.time()
-    res = calibrate(model, xcal, ALGOS, batch_size=8, out=d)
+    # the whole calibration set is in memory as one array: a budget above the default 2 GB
+    res = calibrate(model, xcal, ALGOS, batch_size=8, out=d, memory_budget=Budget(8 << 30, "memory_budget"))
     log.info("%s: calibrated %d samples in %.1f s", key, res.samples, time.time() - t0)
     caches = {a: d / f"{a}.cache" for a in ALGOS}
     sim = simulate(model, caches, to_input(ev, m), m)

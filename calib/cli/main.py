@@ -157,13 +157,16 @@ def calibrate(model, data_args, algo, batch_size, percentile, trt_version, carri
 @click.option("--engine-layers", type=click.Path(exists=True, dir_okay=False),
               help="An engine's JSON sidecar or inspector JSON: simulate what that engine runs in INT8/FP16/FP32.")
 @click.option("--allow-qdq", is_flag=True, help="Evaluate a model that holds Q/DQ nodes already (default: refused).")
+@click.option("--float-type", type=click.Choice(["fp32", "fp16"]), default="fp32", show_default=True,
+              help="fp16: also compare, per cache, its Q/DQ model as written (FP32 float layers) and its FP16+INT8 "
+                   "model (strongly typed TensorRT 10/11; FP16 rounding emulated on the CPU) with FP32.")
 @model_options
 @click.option("--out", "-o", required=True, type=click.Path(file_okay=False))
 @_handled
 @with_data
 def evaluate(model, caches, data_args, batch_size, task, head, postprocess, ignore_hash, allow_unknown, exclude,
-             layerwise, ignore_sidecar, allow_partial, deploy, engine_layers, allow_qdq, input_shapes, memory_budget,
-             out):
+             layerwise, ignore_sidecar, allow_partial, deploy, engine_layers, allow_qdq, float_type, input_shapes,
+             memory_budget, out):
     """Compare MODEL in FP32 with its INT8 simulation under each --cache; write a report to OUT."""
     from calib.evaluate.api import evaluate as run_eval
     from calib.evaluate.report import ship_line, summary, write_reports
@@ -207,15 +210,20 @@ def evaluate(model, caches, data_args, batch_size, task, head, postprocess, igno
     src = make_cli_source(data_args, info, batch_size)
     detection = DetectionSpec(format=found) if found else DetectionSpec()
     pm = deployed_precision(model, deploy, engine_layers, "--engine-layers")
+    engines, fp16 = {}, []
+    if float_type == "fp16":
+        from calib.deploy.fp16_candidate import fp16_engines
+
+        engines, fp16 = fp16_engines(load_model(model), configs, ex, model)
     res = run_eval(model, configs, src, task, detection, exclude={n: ex for n in configs}, layerwise=layerwise,
                    precision={n: pm for n in configs}, memory_budget=budget, input_shapes=shapes,
-                   option_names=CLI_NAMES, postprocess=hook)
+                   option_names=CLI_NAMES, postprocess=hook, engines=engines)
     report = {"recipe": Path(model).stem, "model": str(model), "model_sha256": info.sha256,
               "calibration": {"samples": calib_samples.pop() if len(calib_samples) == 1 else None},
               "evaluation": {"samples": res["samples"], "configs": res["configs"]},
               "exclude": list(exclude), "float_layers": float_layers,
               "precision_model": {**pm.to_json(), "text": pm.describe()},
-              "fp32_task": res.get("fp32_task"), "summary": summary(res),
+              "fp32_task": res.get("fp32_task"), "summary": summary(res, candidates=list(configs)),
               "files": ["report.json", "report.md", "report.html"], "model_file": str(model),
               "caches": {name: str(c) for name, c in zip(configs, caches)}, "out_dir": str(out),
               "decoder": res.get("decoder"),
@@ -224,9 +232,12 @@ def evaluate(model, caches, data_args, batch_size, task, head, postprocess, igno
                                "--ignore-sidecar": ignore_sidecar, "--allow-partial": allow_partial,
                                "--no-layerwise": not layerwise, "--allow-qdq": allow_qdq},
                               [a for s in input_shapes for a in ("--input-shape", s)]
-                              + (["--memory-budget", memory_budget] if memory_budget != "2GB" else []))}
+                              + (["--memory-budget", memory_budget] if memory_budget != "2GB" else [])
+                              + (["--float-type", float_type] if float_type != "fp32" else []))}
     from calib.quantize.cache import sidecar_path
 
+    if fp16:
+        report["fp16"] = fp16
     inputs = [model, engine_layers, data_args.data, *caches, *(sidecar_path(c) for c in caches)]
     publish(out, lambda stage: write_reports(stage, report, HistogramCollector(), {}), "evaluate", inputs=inputs)
     click.echo(ship_line(report))

@@ -63,3 +63,21 @@ def add_fp16_rows(result: dict, algo: str, qdq: onnx.ModelProto, fp16: onnx.Mode
         result["configs"][n] = res["configs"][n]
     result.setdefault("paired_extra", []).extend(res.get("paired") or [])
     return names
+
+
+def fp16_engines(model: onnx.ModelProto, configs: dict, exclude, label) -> tuple[dict, list]:
+    """`calib evaluate --float-type fp16`: per cache, runners of its Q/DQ model as written and of its FP16+INT8
+    model (ranges: the cache's amax), and what the report says of each FP16+INT8 model."""
+    from calib.deploy.emulate import Fp16Runner
+    from calib.quantize.qdq import insert_qdq
+
+    engines, infos = {}, []
+    for name, amax in configs.items():
+        q = insert_qdq(model, amax, exclude, label=str(label))
+        f = make_fp16_model(model, amax, None, None, exclude, label=str(label))
+        rows = [f"{name} qdq", f"{name} qdq-fp16"]
+        engines[rows[0]] = Fp16Runner(q, rows[0], backend="onnxruntime (Q/DQ model as written)")
+        engines[rows[1]] = Fp16Runner(f.model, rows[1])
+        infos.append({"file": None, "algorithm": name, "io_type": "fp32", "casts": f.casts, "rows": rows,
+                      "fp32_layers": f.fp32_table(), "ranges_from": f.ranges_from, "text": f.describe()})
+    return engines, infos
