@@ -123,7 +123,10 @@ def simulate(model: Path, caches: dict, x: np.ndarray, m: BenchModel) -> dict:
     from calib.recipe import DetectionSpec
 
     det = DetectionSpec(format=m.detection_format) if m.detection_format else DetectionSpec()
-    res = evaluate(model, caches, ArraySource(x, m.input, 16), m.task, detection=det, layerwise=False)
+    from calib.io.memory import Budget
+
+    res = evaluate(model, caches, ArraySource(x, m.input, 16), m.task, detection=det, layerwise=False,
+                   memory_budget=Budget(8 << 30, "memory_budget"))  # the images are in memory as one array
     return {n: {k: v for k, v in task_metrics(e, m.task).items() if v is not None} for n, e in res["configs"].items()}
 
 

@@ -77,7 +77,7 @@ def fp32_layers(qdq: onnx.ModelProto, ranges: dict | None = None, ranges_from: s
     for t, amax in (ranges or {}).items():
         if amax is None or not float(amax) > limit:
             continue
-        why = f"'{t}' reaches {float(amax):.4g} over {ranges_from} (FP16 ends at 65504)"
+        why = f"'{t}' reaches {float(amax):.6g} over {ranges_from} (FP16 ends at 65504)"
         if t in made:
             add(made[t], "range", why)
         for r in readers.get(t, []):

@@ -56,22 +56,36 @@ def make_fp16_model(model: onnx.ModelProto, amax: dict, ranges: dict | None = No
         ranges, ranges_from = dict(amax), ranges_from or "the cache's amax (clipped by its calibrator: a lower bound)"
     kept = fp32_layers(q, ranges, ranges_from or "the calibration pass", tail=tail)
     res: Fp16Result = to_fp16(q, {k.node: f"{k.rule}: {k.reason}" for k in kept}, io_type, scale_type)
-    check(res.model, label)
+    check(res.model, label, q)
     fixed = {n: why for n, why in res.fp32_nodes.items() if n not in {k.node for k in kept}}
     note = "; FP32 Q/DQ scales (TensorRT 8.6)" if scale_type == "fp32" else ""
     return Fp16Model(res.model, kept, fixed, res.casts, ranges_from or "the calibration pass", note)
 
 
-def check(model: onnx.ModelProto, label: str | None = None) -> None:
-    """onnx.checker and a strict type inference over the model (weights left out): a type clash is calib's bug."""
+def check(model: onnx.ModelProto, label: str | None = None, source: onnx.ModelProto | None = None) -> None:
+    """onnx.checker and a strict type inference over the model (weights left out): a type clash is calib's bug.
+    A checker complaint that the Q/DQ model `source` it was made from has as well (an output declared without a
+    shape...) is the user's model's, not this conversion's: left to TensorRT's parser."""
     from calib.quantize.model import light_model
+
+    def first(exc) -> str:
+        return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
 
     try:
         onnx.checker.check_model(model)
+    except Exception as exc:
+        same = False
+        if source is not None:
+            try:
+                onnx.checker.check_model(source)
+            except Exception as exc0:
+                same = first(exc0) == first(exc)
+        if not same:
+            raise CalibError(f"{label or 'model'}: the FP16+INT8 model fails ONNX's checks: {first(exc)}") from None
+    try:
         onnx.shape_inference.infer_shapes(light_model(model), check_type=True, strict_mode=True)
     except Exception as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise CalibError(f"{label or 'model'}: the FP16+INT8 model fails ONNX's checks: {first}") from None
+        raise CalibError(f"{label or 'model'}: the FP16+INT8 model fails ONNX's type checks: {first(exc)}") from None
 
 
 def read_ranges(path: str | Path) -> dict:
