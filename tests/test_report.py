@@ -91,7 +91,8 @@ def test_report_first_screen(tmp_path, tiny_model, tiny_data, layerwise):
 def test_deploy_paths_are_shown_as_a_user_types_them(tmp_path, monkeypatch):
     from pathlib import Path
 
-    from calib.evaluate.report_doc import deploy_commands, shown_path
+    from calib.evaluate.deploy_doc import deploy_commands
+    from calib.evaluate.report_doc import shown_path
 
     monkeypatch.chdir(tmp_path)
     assert shown_path(tmp_path / "recipes" / ".." / "runs" / "yolo" / "mse.cache") == "runs/yolo/mse.cache"
@@ -111,8 +112,10 @@ def _deploy_lines(md: str) -> list[str]:
 
 def test_printed_commands_are_right(tmp_path, tiny_model, tiny_data, monkeypatch):
     """As a user runs them from where they ran calib: every file the Deploy commands read exists, and the Q/DQ
-    model command (which runs without a GPU) writes the model the next line builds, with the layers kept in float
-    (--exclude) left without Q/DQ there as in the evaluation, and asked in FP16 of TensorRT."""
+    model command (which runs without a GPU) writes the model the next lines build, with the layers kept in float
+    (--exclude) left without Q/DQ there as in the evaluation, and asked in FP16 of TensorRT. The FP16+INT8 model
+    is made with the same exclusions and built by the strongly typed lines (tests/test_deploy_commands.py checks
+    every trtexec line against its TensorRT versions)."""
     import shlex
 
     from calib.quantize.qdq import count_qdq
@@ -120,7 +123,7 @@ def test_printed_commands_are_right(tmp_path, tiny_model, tiny_data, monkeypatch
     monkeypatch.chdir(tmp_path)
     out = _evaluate(tmp_path, tiny_model, tiny_data, "--exclude", "conv2")
     lines = _deploy_lines((out / "report.md").read_text())
-    trt, build, convert, trt_qdq = lines
+    trt, build, convert, trt_qdq, build_qdq, convert_fp16, build_fp16, trt10, trt11 = lines
     assert trt.startswith("trtexec --onnx=tiny.onnx --int8 --fp16 --calib=c/") and \
         " --precisionConstraints=prefer --layerPrecisions=conv2:fp16 " in trt
     assert build.startswith("calib build tiny.onnx --cache c/") and " --layer-precision conv2=fp16 " in build
@@ -134,7 +137,14 @@ def test_printed_commands_are_right(tmp_path, tiny_model, tiny_data, monkeypatch
     r = CliRunner().invoke(main, args[1:])
     assert r.exit_code == 0, r.output
     qdq = tmp_path / shlex.split(trt_qdq)[1].removeprefix("--onnx=")
-    assert qdq.is_file()
+    assert qdq.is_file() and shlex.split(build_qdq)[:3] == ["calib", "build", str(qdq.relative_to(tmp_path))]
+    fp16 = shlex.split(convert_fp16)
+    assert fp16[:3] == ["calib", "cache", "convert"] and fp16[3] == args[3] and fp16[-2:] == ["--exclude", "conv2"]
+    assert "--float-type fp16" in convert_fp16
+    assert fp16[fp16.index("-o") + 1] == qdq.name.replace(".qdq.", ".fp16.qdq.")
+    for line in (build_fp16, trt10, trt11):
+        assert "tiny." in line and ".fp16.qdq.onnx" in line and "--int8" not in line and "--fp16" not in line
+    assert "--stronglyTyped" in trt10 and "--stronglyTyped" not in trt11 and "--strongly-typed" in build_fp16
     import onnx
 
     def producers_of_conv2(model):

@@ -89,10 +89,45 @@ def test_build_errors_are_one_line(tmp_path, args, message):
     assert not out.exists() and not (tmp_path / "x.engine.json").exists()
 
 
-def test_tensorrt_11_build_from_cache_points_to_qdq(tmp_path):
-    r = calib_cli("build", CNN, "--cache", GOLDEN / "cnn" / "int8-minmax.cache", "--precision", "int8",
-                  "-o", tmp_path / "x.engine", version="11.0.0")
-    assert r.returncode == 2 and "Q/DQ" in r.stderr
+def test_tensorrt_11_build_from_cache_or_calibrator_says_what_went_and_what_to_run(tmp_path):
+    """TensorRT 11 removed implicit INT8: --cache and --calibrator stop in one line that names what went and the
+    commands that make and build the FP16+INT8 model instead (the calibrator's before its data is read)."""
+    cache, out = GOLDEN / "cnn" / "int8-minmax.cache", tmp_path / "x.engine"
+    fp16 = GOLDEN / "cnn" / "cnn.fp16.qdq.onnx"
+    r = calib_cli("build", CNN, "--cache", cache, "--precision", "int8", "-o", out, version="11.4.0")
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+    assert ("TensorRT 11.4.0 removed implicit INT8 (IInt8Calibrator, so calibration caches, and the INT8/FP16 "
+            "builder flags): every network is strongly typed") in r.stderr
+    assert (f"calib cache migrate {cache} --model {CNN} -o {fp16}, then calib build {fp16} -o {out} "
+            f"(or trtexec --onnx={fp16} --saveEngine={out})") in r.stderr
+    r = calib_cli("build", CNN, "--calibrator", "minmax", "--data", tmp_path / "not-read.npy", "-o", out,
+                  version="11.0.0")
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "TensorRT's own calibrators" in r.stderr
+    assert (f"calib calibrate {CNN} --data {tmp_path / 'not-read.npy'} --algo minmax -o {tmp_path / 'caches'} "
+            f"(with the same preprocessing options), calib cache migrate {tmp_path / 'caches' / 'minmax.cache'} "
+            f"--model {CNN} -o {fp16}, then calib build {fp16} -o {out}") in r.stderr
+    assert not out.exists()
+    r = calib_cli("build", CNN, "--cache", cache, "--precision", "int8", "-o", out, version="10.3.0")
+    assert r.returncode == 0 and "removed" not in r.stderr + r.stdout  # 10.x still builds from the cache
+
+
+def test_a_strongly_typed_build_says_so(tmp_path):
+    """A Q/DQ model on TensorRT 11 is built strongly typed, and calib build says that its layers run in the model's
+    types; on TensorRT 10 it is built weakly typed unless asked, and says nothing of the kind."""
+    q = tmp_path / "cnn.qdq.onnx"
+    r = calib_cli("cache", "convert", GOLDEN / "cnn" / "int8-minmax.cache", "--model", CNN, "--to", "qdq", "-o", q)
+    assert r.returncode == 0, r.stderr
+    said = "strongly typed (TensorRT 11.0.0): every layer runs in the type the model gives it"
+    r = calib_cli("build", q, "--precision", "int8", "--batch-size", "8", "-o", tmp_path / "q.engine",
+                  version="11.0.0")
+    assert r.returncode == 0 and said in r.stdout, r.stdout + r.stderr
+    r = calib_cli("build", q, "--batch-size", "8", "-o", tmp_path / "q.engine", version="11.0.0")  # int8,fp16
+    assert r.returncode == 2 and "FP32 here" in r.stderr and "calib cache migrate CACHE --model MODEL" in r.stderr
+    r = calib_cli("build", q, "--batch-size", "8", "-o", tmp_path / "q10.engine", version="10.3.0")
+    assert r.returncode == 0 and "strongly typed" not in r.stdout, r.stdout + r.stderr
+    r = calib_cli("build", q, "--precision", "int8", "--strongly-typed", "--batch-size", "8",
+                  "-o", tmp_path / "q10s.engine", version="10.3.0")
+    assert r.returncode == 0 and "strongly typed (TensorRT 10.3.0)" in r.stdout, r.stdout + r.stderr
 
 
 def test_without_tensorrt_build_names_the_extra(tmp_path):

@@ -230,6 +230,45 @@ def test_fp16_in_a_strongly_typed_build_is_honoured_or_refused(tmp_path, cnn_dat
         build(q, BuildSpec(precisions=("int8",), batch_size=8, strongly_typed=True), None, trt86, mem86)
 
 
+def test_a_model_with_fp16_layers_is_built_in_its_types(tmp_path, cnn_data):
+    """The FP16+INT8 model may keep FP32 inputs and some FP32 layers: its FP16 tensors (a Cast to FP16, an FP16
+    weight or constant) make it a model whose float layers a strongly typed build runs in FP16, so fp16 is
+    honoured there (TensorRT 11, and 10 when asked), with no precision flag set; a model with none is refused."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    from calib.quantize.qdq import insert_qdq
+    from calib.runners.tensorrt.builder import float_type
+
+    res = calibrate(CNN, cnn_data, ["minmax"], batch_size=8)
+    m = insert_qdq(onnx.load(str(CNN)), res.amax["minmax"])
+    assert float_type(m) == "fp32"
+    first = m.graph.input[0].name
+    for node in m.graph.node:
+        node.input[:] = ["input_back" if i == first else i for i in node.input]
+    m.graph.node.insert(0, helper.make_node("Cast", [first], ["input_half"], name="half", to=TensorProto.FLOAT16))
+    m.graph.node.insert(1, helper.make_node("Cast", ["input_half"], ["input_back"], name="back",
+                                            to=TensorProto.FLOAT))
+    assert float_type(m) == "fp16"
+    q = tmp_path / "cnn.fp16.qdq.onnx"
+    onnx.save(m, str(q))
+    for version, typed in (("11.0.0", None), ("10.3.0", True)):
+        trt, mem = _trt(version)
+        built = build(q, BuildSpec(precisions=("int8", "fp16"), batch_size=8, strongly_typed=typed), None, trt, mem)
+        assert built.info["strongly_typed"] and built.info["explicit_qdq"], version
+        assert not {getattr(trt.BuilderFlag, f, None) for f in ("FP16", "INT8")} & trt.builds[-1]["config"].flags
+    weight = helper.make_tensor("w", TensorProto.FLOAT16, [1], [1.0])
+    const = helper.make_node("Constant", [], ["c"], value=helper.make_tensor("v", TensorProto.FLOAT16, [1], [1.0]))
+    for nodes, inits in (([], [weight]), ([const], [])):
+        g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])], inits)
+        assert float_type(helper.make_model(g)) == "fp16"
+    g = helper.make_graph([helper.make_node("Cast", ["x"], ["y"], to=TensorProto.INT32)], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+                          [helper.make_tensor_value_info("y", TensorProto.INT32, [1])])
+    assert float_type(helper.make_model(g)) == "fp32"  # a Cast, but not to FP16
+
+
 def test_engine_written_atomically_with_its_sidecar(tmp_path):
     trt, mem = _trt()
     built = build(CNN, BuildSpec(precisions=("fp32", "fp16"), batch_size=4, timing_cache=str(tmp_path / "t.cache")),

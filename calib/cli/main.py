@@ -360,8 +360,12 @@ def build(model, out, cache, calibrator, data_args, precision, layer_precision, 
     rules = tuple(layer_precision) + tuple(read_layer_precisions(layer_precisions_file) if layer_precisions_file else ())
     if rules:  # against the ONNX model's nodes, before TensorRT is loaded (no GPU needed to find a typo)
         check_layer_precisions(load_model(model), rules, model)
-    from calib.deploy.engine_file import build_engine_file
+    from calib.deploy.engine_file import build_engine_file, refuse_implicit_int8
 
+    if cache or calibrator:  # TensorRT 11 has no implicit INT8: say so before the data is read
+        from calib.runners.tensorrt import compat
+
+        refuse_implicit_int8(compat.load(), model, out, cache, calibrator, data_args.data)
     spec = BuildSpec(precisions=tuple(p.strip() for p in precision.split(",") if p.strip()), layer_precisions=rules,
                      constraints=constraints, workspace_mb=workspace_mb, optimization_level=opt_level,
                      timing_cache=timing_cache, batch_size=batch_size, shapes=_shapes(shapes),
@@ -373,6 +377,9 @@ def build(model, out, cache, calibrator, data_args, precision, layer_precision, 
         info = build_engine_file(model, out, spec, cache, calibrator, data, preprocess, ignore_hash, allow_unknown)
     counts = ", ".join(f"{k} {v}" for k, v in sorted(info["layer_summary"].items()))
     click.echo(f"wrote {out} ({'+'.join(info['precisions'])}, {info['build_seconds']:.1f} s; layers: {counts})")
+    if info.get("strongly_typed"):
+        click.echo(f"  strongly typed (TensorRT {info['tensorrt']}): every layer runs in the type the model gives it "
+                   "(FP16 and INT8 come from the model, not from --precision)")
     if spec.profiles:
         from calib.runners.tensorrt.profiles import describe
 

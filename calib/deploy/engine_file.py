@@ -3,6 +3,7 @@ calibrator over an array, or a Q/DQ model), and the latency of an engine file.""
 from __future__ import annotations
 
 import logging
+import shlex
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +18,36 @@ from calib.runners.tensorrt.profiles import calibration_batch
 
 log = logging.getLogger(__name__)
 
+CALIB_ALGORITHM = {"entropy2": "entropy", "entropy": "entropy", "minmax": "minmax", "legacy": "percentile"}
+
+
+def fp16_model_path(model) -> str:
+    """Where the commands calib prints put the FP16+INT8 model of MODEL: beside it, as MODEL.fp16.qdq.onnx."""
+    return str(Path(model).with_suffix(".fp16.qdq.onnx"))
+
+
+def refuse_implicit_int8(trt, model, out, cache=None, calibrator: str | None = None, data=None) -> None:
+    """TensorRT 11 removed implicit INT8: a --cache or --calibrator build is refused there in one line that says
+    what went and gives the commands that make and build the FP16+INT8 model instead."""
+    if compat.weakly_typed(trt) or not (cache or calibrator):
+        return
+    q = shlex.quote
+    f, m = q(fp16_model_path(model)), q(str(model))
+    build = f"calib build {f} -o {q(str(out))} (or trtexec --onnx={f} --saveEngine={q(str(out))})"
+    removed = (f"TensorRT {trt.__version__} removed implicit INT8 (IInt8Calibrator, so "
+               + ("calibration caches" if cache else "TensorRT's own calibrators")
+               + ", and the INT8/FP16 builder flags): every network is strongly typed, each layer running in the "
+                 "type the model gives it. ")
+    if cache:
+        raise CalibError(removed + f"Build the FP16+INT8 Q/DQ model made from the cache: calib cache migrate "
+                                   f"{q(str(cache))} --model {m} -o {f}, then {build}")
+    algo = CALIB_ALGORITHM.get(calibrator, "entropy")
+    folder = str(Path(out).parent / "caches")
+    raise CalibError(removed + f"Calibrate with calib and build the FP16+INT8 Q/DQ model: calib calibrate {m} "
+                               f"--data {q(str(data or 'DATA'))} --algo {algo} -o {q(folder)} (with the same "
+                               f"preprocessing options), calib cache migrate {q(folder + '/' + algo + '.cache')} "
+                               f"--model {m} -o {f}, then {build}")
+
 
 def build_engine_file(model, out, spec: BuildSpec, cache=None, calibrator: str | None = None, data=None,
                       preprocess: str = "none", ignore_hash: bool = False, allow_unknown: bool = False,
@@ -27,6 +58,7 @@ def build_engine_file(model, out, spec: BuildSpec, cache=None, calibrator: str |
         from calib.runners.tensorrt.device import Cuda
 
         cuda = Cuda()
+    refuse_implicit_int8(trt, model, out, cache, calibrator, data)
     out = Path(out)
     info = inspect_model(model)
     calib_obj, extra = None, {}
@@ -52,6 +84,7 @@ def build_engine_file(model, out, spec: BuildSpec, cache=None, calibrator: str |
                                         cache_out, info.sha256, trt)
             extra = {"cache": str(cache_out), "cache_algorithm": f"trt-{calibrator}", "data": str(data)}
         else:
+            compat.check_implicit_int8(trt)  # TensorRT 11: INT8 comes from Q/DQ models only
             raise CalibError("int8 needs --cache FILE (calib's or TensorRT's) or --calibrator with --data, "
                              "or a Q/DQ model")
     built = build(model, spec, calib_obj, trt, cuda)

@@ -15,6 +15,7 @@ import numpy as np
 from calib.evaluate import report_doc as doc
 from calib.evaluate.confidence import label
 from calib.evaluate.decision import decide
+from calib.evaluate.deploy_doc import deploy_commands
 from calib.evaluate.verdict import PROXY, is_proxy, verdict
 from calib.io.files import atomic_write_text
 
@@ -337,7 +338,7 @@ def blocks(report: dict, layer_png: str | None = None, hist_pngs=()) -> list[tup
             + "). " + (f"Decoded by {report['decoder']}. " if report.get("decoder") else "")
             + _simulation_text(report) + " " + doc.method_text(s))
     out += [("p", meta.strip())]
-    out += [("h2", "Deploy"), ("code", doc.deploy_commands(report, ship)),
+    out += [("h2", "Deploy"), ("code", deploy_commands(report, ship)),
             ("h2", "What to try next"), ("list", doc.next_steps(report, s))]
     out += doc.paired_table(s)
     fp32 = doc.fp32_blocks(report, s)

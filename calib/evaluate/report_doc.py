@@ -99,39 +99,6 @@ def shown_path(path) -> str:
         return str(p)
 
 
-def _q(path: str) -> str:
-    """Shell-quoted, leaving a leading ~/ unquoted so that the shell still expands it."""
-    return "~/" + shlex.quote(path[2:]) if path.startswith("~/") else shlex.quote(path)
-
-
-def deploy_commands(report: dict, ship: str) -> str:
-    """The commands that build what the report evaluated: TensorRT from the cache (trtexec, calib build) and the
-    Q/DQ model (the one the run wrote, or the command that makes it from the cache), with the layers the
-    evaluation kept in float (`exclude`: its patterns; `float_layers`: the nodes they matched) kept there too."""
-    out = shown_path(report.get("out_dir", "."))
-    cache = shown_path(report.get("caches", {}).get(ship, f"{out}/{ship}.cache"))
-    model = shown_path(report.get("model_file") or report.get("model"))
-    patterns, nodes = report.get("exclude") or [], report.get("float_layers") or []
-    trt_float = (" --precisionConstraints=prefer --layerPrecisions=" + _q(",".join(f"{n}:fp16" for n in nodes))
-                 if nodes else "")
-    build_float = "".join(f" --layer-precision {_q(p + '=fp16')}" for p in patterns)
-    lines = ["# TensorRT with the calibration cache (implicit INT8, TensorRT 8.x to 10.x)",
-             f"trtexec --onnx={_q(model)} --int8 --fp16 --calib={_q(cache)}{trt_float}"
-             f" --saveEngine=model.int8.engine",
-             "# the same build through calib, on a machine with TensorRT",
-             f"calib build {_q(model)} --cache {_q(cache)} --precision int8,fp16{build_float} "
-             f"-o model.int8.engine",
-             "# explicit quantization (the path forward: TensorRT 10.1 deprecated implicit INT8)"]
-    if report.get("qdq_model"):
-        q = f"{out}/{report['qdq_model']}"
-    else:
-        q = f"{Path(model).stem}.{ship}.qdq.onnx"
-        lines.append(f"calib cache convert {_q(cache)} --model {_q(model)} --to qdq -o {_q(q)}"
-                     + "".join(f" --exclude {_q(p)}" for p in patterns))
-    lines.append(f"trtexec --onnx={_q(q)} --int8 --fp16 --saveEngine=model.qdq.engine")
-    return "\n".join(lines)
-
-
 def next_steps(report: dict, s: dict) -> list[str]:
     recipe = report.get("recipe_file")
     items = []

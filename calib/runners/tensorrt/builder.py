@@ -367,11 +367,20 @@ def build(model_path, spec: BuildSpec = BuildSpec(), calibrator=None, trt=None, 
 
 
 def float_type(model: onnx.ModelProto) -> str:
-    """'fp16' when the model's float inputs and float initializers are all FP16, else 'fp32'."""
-    f16, f32 = onnx.TensorProto.FLOAT16, onnx.TensorProto.FLOAT
-    types = [i.type.tensor_type.elem_type for i in model.graph.input] + \
-        [t.data_type for t in model.graph.initializer if t.data_type in (f16, f32) and len(t.dims) > 0]
-    return "fp16" if types and all(t != f32 for t in types) and f16 in types else "fp32"
+    """'fp16' when the model types float tensors FP16 (an input, an initializer, a Constant or a Cast to FP16), with
+    FP32 inputs or some layers kept in FP32 or not: a strongly typed build runs those layers in FP16. 'fp32'
+    otherwise: there a strongly typed build runs every float layer in FP32."""
+    f16 = onnx.TensorProto.FLOAT16
+    if any(v.type.tensor_type.elem_type == f16 for v in (*model.graph.input, *model.graph.output)):
+        return "fp16"
+    if any(t.data_type == f16 for t in model.graph.initializer):
+        return "fp16"
+    for node in model.graph.node:
+        for a in node.attribute:
+            if (node.op_type == "Cast" and a.name == "to" and a.i == f16) or \
+                    (node.op_type == "Constant" and a.name == "value" and a.t.data_type == f16):
+                return "fp16"
+    return "fp32"
 
 
 def _strongly_typed(trt, spec: BuildSpec, model: onnx.ModelProto, path: Path) -> bool:
@@ -390,7 +399,8 @@ def _strongly_typed(trt, spec: BuildSpec, model: onnx.ModelProto, path: Path) ->
     if want and "fp16" in spec.precisions and float_type(model) == "fp32":
         raise CalibError(f"{path}: a strongly typed build runs the float layers in the model's own types (FP32 "
                          "here), so the fp16 precision cannot be honoured: drop fp16, build weakly typed "
-                         "(TensorRT 10: --weakly-typed), or give a model whose float layers are FP16")
+                         "(TensorRT 10: --weakly-typed), or give a model whose float layers are FP16 (calib cache "
+                         "migrate CACHE --model MODEL -o MODEL.fp16.qdq.onnx makes one from a cache)")
     return bool(want)
 
 

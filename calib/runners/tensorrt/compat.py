@@ -92,7 +92,8 @@ def check_implicit_int8(trt) -> None:
     """Implicit INT8 (a calibrator or a cache) needs IInt8Calibrator, which TensorRT 11 removed."""
     if version(trt)[0] >= 11 or not hasattr(trt, "IInt8EntropyCalibrator2"):
         raise CalibError(f"TensorRT {trt.__version__} has no implicit INT8 (IInt8Calibrator was removed in 11): "
-                         "build the Q/DQ model instead (calib cache convert --to qdq, then calib build MODEL.qdq.onnx)")
+                         "build the FP16+INT8 Q/DQ model instead (calib cache migrate CACHE --model MODEL -o "
+                         "MODEL.fp16.qdq.onnx, then calib build MODEL.fp16.qdq.onnx)")
 
 
 def calibrator_base(trt, kind: str):
