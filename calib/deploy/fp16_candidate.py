@@ -52,10 +52,13 @@ def add_fp16_rows(result: dict, algo: str, qdq: onnx.ModelProto, fp16: onnx.Mode
     data, on the same samples (paired); their rows join `result` as `<algo> qdq` and `<algo> qdq-fp16`."""
     from calib.deploy.emulate import Fp16Runner
     from calib.evaluate.api import evaluate
+    from calib.io.memory import release
 
+    release()  # the first evaluation's sessions and copies: handed back before the budget counts what is held
     names = [f"{algo} qdq", f"{algo} qdq-fp16"]
     engines = {names[0]: Fp16Runner(qdq, names[0], backend="onnxruntime (Q/DQ model as written)"),
                names[1]: Fp16Runner(fp16, names[1])}
+    release()
     res = evaluate(model_path, {}, source, recipe.evaluation.task, recipe.evaluation.detection, layerwise=False,
                    engines=engines, memory_budget=budget, input_shapes=recipe.input_shapes, postprocess=hook,
                    batch_size=recipe.evaluation.batch_size)
