@@ -21,7 +21,7 @@
 #               YOLOv3-tiny's adds calib-qdq-stem (the stem Conv's output quantized before its LeakyRelu)
 #   qdq-mbv2    MobileNetV2 at level 3, batch 32: implicit, calib-qdq, calib-qdq-like, fp16
 #   minilm-run, yolov8n-run        deploy_gpu.sh's `calib run` steps (level 1)
-#   fp16-yolov3-tiny, fp16-mbv2    issue 31: the FP16+INT8 model (--float-type fp16; -fp16s32: --scale-type fp32)
+#   fp16-yolov3-tiny, fp16-mbv2    issue 31: the FP16+INT8 model (--float-type fp16)
 #               beside the FP32-float Q/DQ model, the implicit engine and FP16 (YOLOv3-tiny level 1 batch 4;
 #               MobileNetV2 level 3 batch 32)
 #   gpu-tests   pytest -m gpu tests/gpu (level 1), capped at TESTS_S
@@ -81,14 +81,14 @@ case $1 in
           ;;
         fp16-yolov3-tiny)  # issue 31: the FP16+INT8 model beside the FP32-float Q/DQ model and the implicit engine
           QDQ_DEADLINE=${Y3_DEADLINE:-780} qdq yolov3-tiny 1 4 \
-            implicit,calib-qdq-stem,calib-qdq-stem-fp16,calib-qdq-stem-fp16s32,fp16 /tmp/qdq22/yolov3-tiny 840 \
+            implicit,calib-qdq-stem,calib-qdq-stem-fp16,fp16 /tmp/qdq22/yolov3-tiny 840 \
             > "$R/fp16-yolov3-tiny.log" 2>&1
           echo "exit $?" >> "$R/fp16-yolov3-tiny.log"
           ;;
         fp16-mbv2)  # issue 31 on MobileNetV2 at level 3, batch 32
           [ -f /opt/extra/qdq22/mbv2/model.onnx ] ||
             cp tests/golden/trt86-h200/mobilenet_v2/mobilenet_v2_imagenet.onnx /opt/extra/qdq22/mbv2/model.onnx
-          QDQ_DEADLINE=${MBV2_DEADLINE:-600} qdq mbv2 3 32 implicit,calib-qdq,calib-qdq-fp16,calib-qdq-fp16s32,fp16 \
+          QDQ_DEADLINE=${MBV2_DEADLINE:-600} qdq mbv2 3 32 implicit,calib-qdq,calib-qdq-fp16,fp16 \
             /tmp/qdq22/mbv2 660 \
             > "$R/fp16-mbv2.log" 2>&1
           echo "exit $?" >> "$R/fp16-mbv2.log"

@@ -337,3 +337,23 @@ def test_a_profiled_runner_times_its_later_runs_without_the_profiler(version, cn
         assert {k: len(v) for k, v in attached.times.items()} == seen  # later runs report nothing
     finally:
         r.close()
+
+
+def test_calibs_fp16_int8_model_is_refused_on_86_and_built_strongly_typed_from_10(tmp_path, cnn_data):
+    """TensorRT 8.6's parser reads Q/DQ scales as FP32 (an FP16 scale failed on an H100 with "Scale coefficients
+    must all be positive"): calib build says so before the parser, naming the model to build there instead."""
+    import onnx
+
+    from calib.quantize.fp16_model import make_fp16_model
+
+    res = calibrate(CNN, cnn_data, ["minmax"], batch_size=8)
+    q = tmp_path / "cnn.minmax.fp16.qdq.onnx"
+    onnx.save(make_fp16_model(onnx.load(str(CNN)), res.amax["minmax"]).model, str(q))
+    trt86, mem86 = _trt("8.6.0")
+    with pytest.raises(CalibError, match=r"FP16 Q/DQ scales .*8\.6\.0's parser takes FP32 scales only.*--to qdq"):
+        build(q, BuildSpec(precisions=("int8", "fp16"), batch_size=8), None, trt86, mem86)
+    assert not trt86.builds  # refused before any build
+    for version, typed in (("11.0.0", None), ("10.3.0", True)):
+        trt, mem = _trt(version)
+        built = build(q, BuildSpec(precisions=("int8", "fp16"), batch_size=8, strongly_typed=typed), None, trt, mem)
+        assert built.info["strongly_typed"] and built.info["explicit_qdq"], version

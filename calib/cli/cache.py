@@ -118,15 +118,12 @@ def cache_diff(a, b, top, ignore_sidecar):
 @click.option("--ranges", type=click.Path(dir_okay=False), default=None,
               help="--float-type fp16: ranges.json from calib run (every tensor's maximum over the pass); without "
                    "it the cache's amax, clipped by its calibrator, stands in.")
-@click.option("--scale-type", type=click.Choice(["fp16", "fp32"]), default="fp16", show_default=True,
-              help="--float-type fp16: the Q/DQ scales' type. fp32: for TensorRT 8.6, whose ONNX parser takes FP32 "
-                   "scales only (a Cast at each Q/DQ, opset 13); fp16: TensorRT 10/11 (opset 19).")
 @_cache_checks
 @click.option("--out", "-o", required=True, type=click.Path(dir_okay=False))
 @_handled
 def cache_convert(file, model, fmt, carrier, trt_version, exclude, ignore_hash, allow_unknown, int8_weights,
                   quantize_stem_output, allow_float_weights, like_engine, allow_qdq, float_type, io_type, ranges,
-                  scale_type, ignore_sidecar, allow_partial, out):
+                  ignore_sidecar, allow_partial, out):
     """Turn a cache into a Q/DQ ONNX model (TensorRT explicit quantization) or relabel its header (+ sidecar)."""
     from calib.io.files import atomic_write_bytes
     from calib.io.inputs import refuse_overwrite
@@ -140,8 +137,8 @@ def cache_convert(file, model, fmt, carrier, trt_version, exclude, ignore_hash, 
 
     if fmt != "qdq" and (float_type != "fp32" or io_type != "fp32" or ranges):
         raise CalibError("--float-type, --io-type and --ranges apply to --to qdq only")
-    if float_type == "fp32" and (io_type != "fp32" or ranges or scale_type != "fp16"):
-        raise CalibError("--io-type, --ranges and --scale-type apply to --float-type fp16 only")
+    if float_type == "fp32" and (io_type != "fp32" or ranges):
+        raise CalibError("--io-type and --ranges apply to --float-type fp16 only")
     inputs = [(file, "the cache"), (sidecar_path(file), "the cache's sidecar"), (model, "--model")]
     if ranges:
         inputs.append((ranges, "--ranges"))
@@ -173,7 +170,7 @@ def cache_convert(file, model, fmt, carrier, trt_version, exclude, ignore_hash, 
         return
     if float_type == "fp16":
         _write_fp16(proto, c, ex, int8_weights, io_type, ranges, quantize_stem_output, model, allow_float_weights,
-                    out, f"; {len(like)} layers left in float as in {like_engine}" if like_engine else "", scale_type)
+                    out, f"; {len(like)} layers left in float as in {like_engine}" if like_engine else "")
         return
     q = insert_qdq(qproto, c.amaxes(), ex, int8_weights=int8_weights,
                    stem_output=quantize_stem_output)
@@ -185,7 +182,7 @@ def cache_convert(file, model, fmt, carrier, trt_version, exclude, ignore_hash, 
 
 
 def _write_fp16(proto, c, ex, int8_weights, io_type, ranges, stem_output, model, allow_float_weights, out,
-                kept_text="", scale_type="fp16") -> None:
+                kept_text="") -> None:
     """Write the FP16+INT8 model of `proto` with the cache `c` to `out` and say which layers stay FP32."""
     from calib.io.files import atomic_write_bytes
     from calib.quantize.coverage import check_float_weights, weight_coverage
@@ -195,7 +192,7 @@ def _write_fp16(proto, c, ex, int8_weights, io_type, ranges, stem_output, model,
 
     table = read_ranges(ranges) if ranges else None
     f = make_fp16_model(proto, c.amaxes(), table, f"{ranges}" if ranges else None, ex, int8_weights, io_type,
-                        stem_output, label=model, scale_type=scale_type)
+                        stem_output, label=model)
     cov = weight_coverage(f.model)
     check_float_weights(cov, model, allow_float_weights, "--allow-float-weights")
     atomic_write_bytes(out, f.model.SerializeToString())
@@ -234,5 +231,5 @@ def cache_migrate(ctx, file, model, out, ranges, io_type, exclude, int8_weights,
     ctx.invoke(cache_convert, file=file, model=model, fmt="qdq", carrier="EntropyCalibration2", trt_version=None,
                exclude=exclude, ignore_hash=ignore_hash, allow_unknown=allow_unknown, int8_weights=int8_weights,
                quantize_stem_output=False, allow_float_weights=False, like_engine=None, allow_qdq=False,
-               float_type="fp16", io_type=io_type, ranges=ranges, scale_type="fp16", ignore_sidecar=ignore_sidecar,
+               float_type="fp16", io_type=io_type, ranges=ranges, ignore_sidecar=ignore_sidecar,
                allow_partial=allow_partial, out=out)

@@ -31,21 +31,10 @@ class WeightCoverage:
 def _source(g: Graph, tensor: str) -> str:
     """The tensor behind a chain of Q/DQ nodes."""
     node = g.node_of(tensor)
-    while node is not None and (node.op_type in _QDQ or node.op_type == "Cast"):
+    while node is not None and node.op_type in _QDQ:
         tensor = node.input[0]
         node = g.node_of(tensor)
     return tensor
-
-
-def _made_by(g: Graph, tensor: str) -> str | None:
-    node = g.node_of(tensor)
-    return node.op_type if node is not None else None
-
-
-def _uncast(g: Graph, tensor: str) -> str:
-    """The input of the Cast that makes `tensor` (an FP16+INT8 model with FP32 scales casts each DQ), else itself."""
-    node = g.node_of(tensor)
-    return node.input[0] if node is not None and node.op_type == "Cast" else tensor
 
 
 def _why(g: Graph, tensor: str) -> str:
@@ -73,7 +62,7 @@ def weight_coverage(qdq: onnx.ModelProto) -> WeightCoverage:
         else:
             w = 1
         layers += 1
-        dq = [_made_by(g, _uncast(g, t)) == "DequantizeLinear" for t in node.input[:2]]
+        dq = [g.node_of(t) is not None and g.node_of(t).op_type == "DequantizeLinear" for t in node.input[:2]]
         if dq[w]:
             quantized += 1
         elif dq[1 - w]:

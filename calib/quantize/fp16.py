@@ -167,15 +167,9 @@ def node_key(node) -> str:
     return node.name or (node.output[0] if node.output else "")
 
 
-def to_fp16(qdq: onnx.ModelProto, keep: dict[str, str] | None = None, io_type: str = "fp32",
-            scale_type: str = "fp16") -> Fp16Result:
-    """The FP16+INT8 model of the Q/DQ model `qdq` (opset >= 19); `keep`: node name -> why it stays FP32.
-
-    scale_type fp32: every Q/DQ stays FP32 (scales, the Q's input, the DQ's output) with a Cast to and from the
-    FP16 layers around it, at any opset from 13: TensorRT 8.6's parser takes FP32 scales only."""
-    if scale_type not in ("fp16", "fp32"):
-        raise ModelError(f"scale type '{scale_type}': fp16 or fp32")
-    if scale_type == "fp16" and model_opset(qdq) < FP16_QDQ_OPSET:
+def to_fp16(qdq: onnx.ModelProto, keep: dict[str, str] | None = None, io_type: str = "fp32") -> Fp16Result:
+    """The FP16+INT8 model of the Q/DQ model `qdq` (opset >= 19); `keep`: node name -> why it stays FP32."""
+    if model_opset(qdq) < FP16_QDQ_OPSET:
         raise ModelError(f"the FP16+INT8 model needs opset {FP16_QDQ_OPSET} (FP16 Q/DQ scales); this one is at "
                          f"{model_opset(qdq)}")
     if io_type not in ("fp32", "fp16"):
@@ -230,8 +224,6 @@ def to_fp16(qdq: onnx.ModelProto, keep: dict[str, str] | None = None, io_type: s
 
     def q_type(n) -> int:
         x = n.input[0]
-        if scale_type == "fp32":
-            return F32
         if x in w.inits:  # a weight: the type of the layer that reads its DequantizeLinear
             dq_readers = [reader_type(r, k) for d in readers.get(n.output[0], []) if d[0].op_type == "DequantizeLinear"
                           for r, k in readers.get(d[0].output[0], [])]
@@ -270,10 +262,7 @@ def to_fp16(qdq: onnx.ModelProto, keep: dict[str, str] | None = None, io_type: s
             if not t:
                 continue
             if t in dq_of:
-                want = reader_type(n, k)
-                node.input[k] = _dq(w, dq_of[t], want if scale_type == "fp16" else F32, readers, subnormal)
-                if want != F32 and scale_type == "fp32":
-                    node.input[k] = w.get(t, want)  # a Cast of the FP32 DequantizeLinear
+                node.input[k] = _dq(w, dq_of[t], reader_type(n, k), readers, subnormal)
                 continue
             if not is_float(t):
                 continue

@@ -15,7 +15,7 @@ import onnx
 from calib.errors import CalibError
 from calib.quantize.fp16 import Fp16Result, to_fp16
 from calib.quantize.fp16_keep import Kept, fp32_layers
-from calib.quantize.opset import FP16_QDQ_OPSET, QDQ_OPSET, at_qdq_opset
+from calib.quantize.opset import FP16_QDQ_OPSET, at_qdq_opset
 from calib.quantize.qdq import Exclusions, insert_qdq
 
 log = logging.getLogger(__name__)
@@ -28,7 +28,6 @@ class Fp16Model:
     fixed: dict  # node -> why it is FP32 whatever the statistics (no FP16 in ONNX, plugin, subgraph)
     casts: int
     ranges_from: str
-    note: str = ""
 
     def fp32_table(self) -> list[dict]:
         rows = [asdict(k) for k in self.kept]
@@ -41,25 +40,23 @@ class Fp16Model:
         for r in self.fp32_table():
             rules[r["rule"]] = rules.get(r["rule"], 0) + 1
         kept = ", ".join(f"{v} {k}" for k, v in sorted(rules.items())) or "none"
-        return f"float layers FP16, FP32 kept: {kept}; {self.casts} casts{self.note}"
+        return f"float layers FP16, FP32 kept: {kept}; {self.casts} casts"
 
 
 def make_fp16_model(model: onnx.ModelProto, amax: dict, ranges: dict | None = None, ranges_from: str | None = None,
                     exclude: Exclusions = Exclusions(), int8_weights: bool = False, io_type: str = "fp32",
-                    stem_output: bool = False, label: str | None = None, tail: bool = True,
-                    scale_type: str = "fp16") -> Fp16Model:
+                    stem_output: bool = False, label: str | None = None, tail: bool = True) -> Fp16Model:
     """The FP16+INT8 model of `model` with activation amax `amax`. `ranges`: tensor -> absolute maximum over the
     calibration pass (None: the amax table stands in, a lower bound); layers in `exclude` stay float (FP16)."""
-    m19 = at_qdq_opset(model, label, FP16_QDQ_OPSET if scale_type == "fp16" else QDQ_OPSET)
+    m19 = at_qdq_opset(model, label, FP16_QDQ_OPSET)
     q = insert_qdq(m19, amax, exclude, int8_weights=int8_weights, label=label, stem_output=stem_output)
     if ranges is None:
         ranges, ranges_from = dict(amax), ranges_from or "the cache's amax (clipped by its calibrator: a lower bound)"
     kept = fp32_layers(q, ranges, ranges_from or "the calibration pass", tail=tail)
-    res: Fp16Result = to_fp16(q, {k.node: f"{k.rule}: {k.reason}" for k in kept}, io_type, scale_type)
+    res: Fp16Result = to_fp16(q, {k.node: f"{k.rule}: {k.reason}" for k in kept}, io_type)
     check(res.model, label, q)
     fixed = {n: why for n, why in res.fp32_nodes.items() if n not in {k.node for k in kept}}
-    note = "; FP32 Q/DQ scales (TensorRT 8.6)" if scale_type == "fp32" else ""
-    return Fp16Model(res.model, kept, fixed, res.casts, ranges_from or "the calibration pass", note)
+    return Fp16Model(res.model, kept, fixed, res.casts, ranges_from or "the calibration pass")
 
 
 def check(model: onnx.ModelProto, label: str | None = None, source: onnx.ModelProto | None = None) -> None:

@@ -314,6 +314,8 @@ def build(model_path, spec: BuildSpec = BuildSpec(), calibrator=None, trt=None, 
     explicit = has_qdq(onnx_model)
     if "int8" in spec.precisions and not explicit:
         compat.check_implicit_int8(trt)
+    if explicit:
+        check_scale_types(trt, onnx_model, model_path)
     strongly_typed = _strongly_typed(trt, spec, onnx_model, model_path)
     if rules and strongly_typed:
         raise CalibError("layer precisions need a weakly typed build (TensorRT 10: --weakly-typed; TensorRT 11 "
@@ -381,6 +383,21 @@ def float_type(model: onnx.ModelProto) -> str:
                     (node.op_type == "Constant" and a.name == "value" and a.t.data_type == f16):
                 return "fp16"
     return "fp32"
+
+
+def check_scale_types(trt, model: onnx.ModelProto, path) -> None:
+    """TensorRT 8.6's ONNX parser reads every Q/DQ scale as FP32: an FP16 scale (calib's FP16+INT8 model) fails
+    there with "Scale coefficients must all be positive" (seen on an H100). Refused first, with what to build."""
+    if compat.version(trt)[0] >= 10:
+        return
+    inits = {t.name: t.data_type for t in model.graph.initializer}
+    for n in model.graph.node:
+        if n.op_type in ("QuantizeLinear", "DequantizeLinear") and len(n.input) > 1 \
+                and inits.get(n.input[1]) == onnx.TensorProto.FLOAT16:
+            raise CalibError(f"{path}: FP16 Q/DQ scales (node '{n.name or n.output[0]}'): TensorRT "
+                             f"{trt.__version__}'s parser takes FP32 scales only. This FP16+INT8 model is for "
+                             "TensorRT 10 (strongly typed) and 11; on 8.6 build the Q/DQ model with FP32 float layers "
+                             "(calib cache convert --to qdq) with int8 and fp16, which runs its float layers in FP16")
 
 
 def _strongly_typed(trt, spec: BuildSpec, model: onnx.ModelProto, path: Path) -> bool:
