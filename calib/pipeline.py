@@ -17,7 +17,8 @@ from calib.evaluate.api import evaluate
 from calib.evaluate.postprocess import load as load_hook
 from calib.evaluate.report import primary_score, summary, write_reports
 from calib.evaluate.tasks import check_task
-from calib.deploy.fp16_candidate import add_fp16_rows, float_type, write_fp16
+from calib.deploy.fp16_candidate import float_type, write_fp16
+from calib.evaluate.fp16_rows import add_fp16_rows
 from calib.io.files import atomic_write_bytes, atomic_write_text
 from calib.io.memory import Budget, parse_size
 from calib.io.progress import setup_logging

@@ -212,7 +212,7 @@ def evaluate(model, caches, data_args, batch_size, task, head, postprocess, igno
     pm = deployed_precision(model, deploy, engine_layers, "--engine-layers")
     engines, fp16 = {}, []
     if float_type == "fp16":
-        from calib.deploy.fp16_candidate import fp16_engines
+        from calib.evaluate.fp16_rows import fp16_engines
 
         engines, fp16 = fp16_engines(load_model(model), configs, ex, model)
     res = run_eval(model, configs, src, task, detection, exclude={n: ex for n in configs}, layerwise=layerwise,
