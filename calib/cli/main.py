@@ -1,6 +1,7 @@
 """The `calib` command line: thin wrappers that parse, call the API and print."""
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 
@@ -362,8 +363,8 @@ def build(model, out, cache, calibrator, data_args, precision, layer_precision, 
         check_layer_precisions(load_model(model), rules, model)
     from calib.deploy.engine_file import build_engine_file, refuse_implicit_int8
 
-    if cache or calibrator:  # TensorRT 11 has no implicit INT8: say so before the data is read
-        from calib.runners.tensorrt import compat
+    if (cache or calibrator) and importlib.util.find_spec("tensorrt") is not None:
+        from calib.runners.tensorrt import compat  # TensorRT 11 has no implicit INT8: said before the data is read
 
         refuse_implicit_int8(compat.load(), model, out, cache, calibrator, data_args.data)
     spec = BuildSpec(precisions=tuple(p.strip() for p in precision.split(",") if p.strip()), layer_precisions=rules,
