@@ -267,6 +267,18 @@ def _rerun(model, data_args, batch_size, task, head, postprocess, deploy, engine
     return shlex.join(args + list(model_args) + [k for k, v in flags.items() if v])
 
 
+def _has_tensorrt() -> bool:
+    """Whether `import tensorrt` can work (without importing it); a module put in sys.modules counts."""
+    import sys
+
+    if "tensorrt" in sys.modules:
+        return True
+    try:
+        return importlib.util.find_spec("tensorrt") is not None
+    except (ImportError, ValueError):
+        return False
+
+
 def _shapes(items) -> tuple:
     out = []
     for item in items:
@@ -363,7 +375,7 @@ def build(model, out, cache, calibrator, data_args, precision, layer_precision, 
         check_layer_precisions(load_model(model), rules, model)
     from calib.deploy.engine_file import build_engine_file, refuse_implicit_int8
 
-    if (cache or calibrator) and importlib.util.find_spec("tensorrt") is not None:
+    if (cache or calibrator) and _has_tensorrt():
         from calib.runners.tensorrt import compat  # TensorRT 11 has no implicit INT8: said before the data is read
 
         refuse_implicit_int8(compat.load(), model, out, cache, calibrator, data_args.data)

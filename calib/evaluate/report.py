@@ -313,7 +313,7 @@ def fp16_blocks(report: dict) -> list[tuple]:
         else:
             text += "Not simulated (ONNX Runtime cannot run this model's plugin nodes). "
         table = f.get("fp32_layers") or []
-        text += (f"{len(table)} layers stay FP32, judged on the ranges of {f.get('ranges_from')}:"
+        text += (f"{len(table)} layers stay FP32 (the range rule read the ranges of {f.get('ranges_from')}):"
                  if table else "Every float layer is FP16.")
         out.append(("p", text))
         if table:
