@@ -62,9 +62,7 @@ def test_float_layers_become_fp16_and_the_rules_keep_fp32():
     assert types[_node(m, "add").output[0]] == F16
     assert types[_node(m, "conv1").output[0]] == F16  # an INT8 layer writes the type its DQ gives it
     rules = {k.node: k.rule for k in f.kept}
-    assert rules["softmax"] == "reduction"
-    assert rules["sig"] == rules["scale16"] == "output-tail"  # after the last INT8 layer, on the way to `boxes`
-    assert "add" not in rules and "relu1" not in rules
+    assert rules == {"softmax": "reduction"}  # `boxes` reaches 16: its decoding holds in FP16
     assert types[_node(m, "softmax").output[0]] == F32
     # model inputs and outputs stay FP32 by default
     assert m.graph.input[0].type.tensor_type.elem_type == F32
@@ -101,6 +99,20 @@ def test_scales_are_fp16_values_activations_nearest_weights_up():
     assert np.all(ws >= true.astype(np.float32)) and np.all(ws <= true * (1 + 2 ** -10) + 1e-12)
     assert np.array_equal(_round_scale(np.array([1e-9], np.float32), up=True),
                           np.array([np.finfo(np.float16).smallest_subnormal], np.float32))  # never zero
+
+
+def test_output_precision_rule_keeps_a_large_decoding_fp32():
+    """After the last INT8 layer, a tensor reaching 2048 (FP16 steps of 2 there) keeps its layer in FP32."""
+    f = make_fp16_model(conv_block(), AMAX, {**AMAX, "boxes": 3000.0}, "test ranges")
+    why = {k.node: (k.rule, k.reason) for k in f.kept}
+    assert why["scale16"] == ("output-precision", "'boxes' reaches 3000 over test ranges after the last INT8 layer "
+                                                   "(FP16 steps of 2 there)")
+    assert "sig" not in why  # its output reaches 1
+    assert _types(f.model)[_node(f.model, "scale16").output[0]] == F32
+    f2 = make_fp16_model(conv_block(), AMAX, {**AMAX, "boxes": 3000.0}, "test ranges", tail=False)
+    assert "scale16" not in {k.node for k in f2.kept}
+    # a large tensor that an INT8 layer reads later is not in the output's tail
+    assert "relu1" not in {k.node for k in make_fp16_model(conv_block(), AMAX, {**AMAX, "r1": 3000.0}).kept}
 
 
 def test_range_rule_keeps_the_producer_and_its_readers_fp32():

@@ -38,10 +38,10 @@ def _sqnr(ref, got) -> float:
     return float(10 * np.log10((ref.astype(np.float64) ** 2).sum() / max((err.astype(np.float64) ** 2).sum(), 1e-30)))
 
 
-CASES = {  # model -> the FP32 rules its FP16+INT8 model must show
-    "yolov3-tiny": {"output-tail"},
-    "yolov8n-320": {"output-tail", "reduction"},
-    "minilm-l6": {"reduction", "variance", "output-tail"},
+CASES = {  # model -> the FP32 rules its FP16+INT8 model shows (minmax scales on these samples)
+    "yolov3-tiny": set(),  # its box decoding stays below 2048
+    "yolov8n-320": {"reduction"},  # the DFL Softmax
+    "minilm-l6": {"reduction", "variance"},
     "mobilenet_v2": set(),
 }
 TOLERANCE_DB = 1.0  # FP16 rounding moves some INT8 roundings: the two land near each other against FP32, not equal
@@ -67,9 +67,7 @@ def test_zoo_fp16_int8_model(name):
     f = make_fp16_model(model, amax, label=name)
     check(f.model, name)
     rules = CASES[name]
-    assert {k.rule for k in f.kept} >= rules
-    if not rules:
-        assert not f.kept
+    assert {k.rule for k in f.kept if k.rule != "range"} == rules
     ref = OrtRunner(path).run(feed)
     qdq = Fp16Runner(insert_qdq(model, amax)).run(feed)
     fp16 = Fp16Runner(f.model).run(feed)

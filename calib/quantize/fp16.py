@@ -45,11 +45,11 @@ class Fp16Result:
     subnormal_scales: list = field(default_factory=list)
 
 
-def _slot_types(node, n_in: int, n_out: int):
-    """(input slot kinds, output slot kinds, node has FP16) from the node's schema: per slot 'var' (follows the node's
-    type) or 'f32' (fixed to float); None where the op has no schema here."""
+def _slot_types(node, n_in: int, n_out: int, opset: int):
+    """(input slot kinds, output slot kinds, node has FP16) from the node's schema at the model's `opset`: per slot
+    'var' (follows the node's type) or 'f32' (fixed to float); None where the op has no schema here."""
     try:
-        schema = onnx.defs.get_schema(node.op_type, 10 ** 6, node.domain or "")
+        schema = onnx.defs.get_schema(node.op_type, opset, node.domain or "")
     except Exception:
         return None
     allowed = {c.type_param_str: set(c.allowed_type_strs) for c in schema.type_constraints}
@@ -175,6 +175,7 @@ def to_fp16(qdq: onnx.ModelProto, keep: dict[str, str] | None = None, io_type: s
     if io_type not in ("fp32", "fp16"):
         raise ModelError(f"io type '{io_type}': fp32 or fp16")
     keep = dict(keep or {})
+    opset = model_opset(qdq)
     g0 = qdq.graph
     types = _elem_types(qdq)
     for t in g0.initializer:
@@ -194,7 +195,7 @@ def to_fp16(qdq: onnx.ModelProto, keep: dict[str, str] | None = None, io_type: s
         key = node_key(n)
         if n.op_type in ("QuantizeLinear", "DequantizeLinear") and n.domain in ("", "ai.onnx"):
             continue
-        st = _slot_types(n, len(n.input), len(n.output)) if n.domain in ("", "ai.onnx") else None
+        st = _slot_types(n, len(n.input), len(n.output), opset) if n.domain in ("", "ai.onnx") else None
         why = keep.get(key)
         if why is None and n.domain not in ("", "ai.onnx"):
             why = f"custom op {n.domain}::{n.op_type} (a plugin's types are its own)"

@@ -9,9 +9,10 @@
   ReduceL2, ReduceLogSumExp).
 - variance: a ReduceMean/ReduceSum of a square (Pow with exponent 2, or Mul of a tensor by itself), as a LayerNorm
   written out in elementary ops computes it, with the square and the Add/Sqrt/Reciprocal/Div that follow it.
-- output tail: the float layers after the last INT8 layer on the way to an output (a detector's box decoding,
-  scores): FP16 rounds box coordinates to 0.5 px at 640 and grid offsets beyond 2048 to whole pixels; these layers
-  cost nothing next to the network, so they keep the FP32 model's outputs.
+- output precision: a float layer after the last INT8 layer on the way to an output (a detector's box decoding,
+  scores) whose output reaches TAIL_LIMIT (2048) over the pass, where FP16's steps are 2 or more (box coordinates
+  lose whole pixels), and the layers of that tail that read it. Below it FP16 holds: YOLOv3-tiny's decoding in FP16
+  gave mAP50:95 vs FP32 0.908 against 0.909 with it in FP32 (178 images, p = 0.71).
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from calib.quantize.model import constant_value
 
 FP16_MAX = 65504.0
 RANGE_MARGIN = 2.0  # a tensor at half of FP16's range on calibration data is too close to it
+TAIL_LIMIT = 2048.0  # from here on FP16's spacing is 2: an output's coordinates lose whole pixels
 REDUCTIONS = ("Softmax", "LogSoftmax", "LayerNormalization", "GroupNormalization", "InstanceNormalization",
               "ReduceSumSquare", "ReduceL2", "ReduceLogSumExp", "ReduceLogSum")
 _SHAPE_OPS = ("Shape", "Size", "QuantizeLinear", "DequantizeLinear")
@@ -33,7 +35,7 @@ _SHAPE_OPS = ("Shape", "Size", "QuantizeLinear", "DequantizeLinear")
 class Kept:
     node: str
     op: str
-    rule: str  # range, reduction, variance, output-tail
+    rule: str  # range, reduction, variance, output-precision
     reason: str
 
 
@@ -103,9 +105,26 @@ def fp32_layers(qdq: onnx.ModelProto, ranges: dict | None = None, ranges_from: s
                     if nodes[r].op_type != "Div":
                         frontier += list(nodes[r].output)
     if tail:
-        for i in _tail(g, nodes, readers):
-            add(i, "output-tail", "after the last INT8 layer on the way to an output (box decoding, scores)")
+        in_tail = set(_tail(g, nodes, readers))
+        for i in sorted(in_tail):
+            for t in nodes[i].output:
+                amax = (ranges or {}).get(t)
+                if amax is None or not float(amax) >= TAIL_LIMIT:
+                    continue
+                why = (f"'{t}' reaches {float(amax):.6g} over {ranges_from} after the last INT8 layer (FP16 steps of "
+                       f"{_spacing(float(amax)):g} there)")
+                add(i, "output-precision", why)
+                for r in readers.get(t, []):
+                    if r in in_tail:
+                        add(r, "output-precision", f"reads {why}")
     return [kept[i] for i in sorted(kept)]
+
+
+def _spacing(x: float) -> float:
+    """FP16's distance between neighbours at magnitude x (normal range)."""
+    import math
+
+    return 2.0 ** (math.floor(math.log2(x)) - 10)
 
 
 def _tail(g, nodes, readers) -> list[int]:
