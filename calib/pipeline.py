@@ -225,14 +225,15 @@ def _run(recipe: Recipe, stage: Path, final: Path | None = None) -> None:
     best = summ["best"]
     qdq_from = deployed if plugins else Path(model_path)
     qdq_name = f"{qdq_from.stem}.{best}.qdq.onnx"
-    q = insert_qdq(onnx.load(str(qdq_from)), amax[best], int8_weights=c.int8_weights, label=str(qdq_from))
+    source_model = onnx.load(str(qdq_from))  # insert_qdq and the FP16+INT8 model copy it
+    q = insert_qdq(source_model, amax[best], int8_weights=c.int8_weights, label=str(qdq_from))
     atomic_write_bytes(stage / qdq_name, q.SerializeToString())
     log.info("wrote %s (%s; %s)", qdq_name, describe_opset(q), weight_coverage(q).describe())
     atomic_write_text(stage / "ranges.json", ranges_json(ranges, samples))
     files.append("ranges.json")
     fp16 = None
     if float_type(c) == "fp16":
-        fp16 = write_fp16(qdq_from, amax[best], ranges, c, stage, best, plugins)
+        fp16 = write_fp16(source_model, qdq_from, amax[best], ranges, c, stage, best, plugins)
         files.append(fp16["file"])
         if fp16.get("evaluate"):
             fp16["rows"] = add_fp16_rows(result, best, q, fp16.pop("evaluate"), model_path,

@@ -10,7 +10,7 @@ from calib.errors import CalibError, ModelError
 from calib.quantize.fp16 import _round_scale, to_fp16
 from calib.quantize.fp16_keep import fp32_layers
 from calib.quantize.fp16_model import check, make_fp16_model, read_ranges
-from calib.quantize.model import _elem_types
+from calib.quantize.model import elem_types
 from calib.quantize.opset import model_opset
 from conftest import golden
 
@@ -44,7 +44,7 @@ AMAX = {"x": 1.0, "c1": 3.0, "r1": 3.0, "c2": 2.0, "a": 4.0, "y": 1.0, "s": 1.0,
 
 
 def _types(m):
-    t = _elem_types(m)
+    t = elem_types(m)
     t.update({i.name: i.data_type for i in m.graph.initializer})
     return t
 

@@ -37,6 +37,8 @@ def _trt(version="8.6.0"):
 def test_cache_version_and_flags():
     assert compat.cache_version(make_trt("8.6.0")) == "8600"
     assert compat.cache_version(make_trt("10.3.0")) == "100300"
+    for v in ("8.6.0", "10.3.0", "11.4.0"):  # the header's digits back to the major version
+        assert compat.cache_major(compat.cache_version(make_trt(v))) == int(v.split(".")[0])
     t86, t10 = make_trt("8.6.0"), make_trt("10.3.0")
     assert compat.network_flags(t86) == 1 << int(t86.NetworkDefinitionCreationFlag.EXPLICIT_BATCH)
     assert compat.network_flags(t10) == 0

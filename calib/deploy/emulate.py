@@ -12,14 +12,15 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from calib.quantize.model import _elem_types
+from calib.quantize.fp16 import Names
+from calib.quantize.model import elem_types
 
 F32, F16 = TensorProto.FLOAT, TensorProto.FLOAT16
 
 
 def emulated(model: onnx.ModelProto) -> onnx.ModelProto:
     """`model` in FP32 with a rounding to FP16 after every tensor it makes in FP16."""
-    types = _elem_types(model)
+    types = elem_types(model)
     m = onnx.ModelProto()
     m.CopyFrom(model)
     g = m.graph
@@ -27,15 +28,7 @@ def emulated(model: onnx.ModelProto) -> onnx.ModelProto:
         if t.data_type == F16:
             t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t).astype(np.float32), t.name))
     nodes = []
-    taken = {t for n in g.node for t in list(n.input) + list(n.output)}
-
-    def fresh(base):
-        k, name = 1, base
-        while name in taken:
-            k += 1
-            name = f"{base}_{k}"
-        taken.add(name)
-        return name
+    fresh = Names({t for n in g.node for t in list(n.input) + list(n.output)}).fresh
 
     def rounding(src: str, dst: str) -> list:
         h = fresh(f"{dst}__fp16")

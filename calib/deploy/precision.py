@@ -25,6 +25,7 @@ from pathlib import Path
 import onnx
 
 from calib.errors import CalibError
+from calib.quantize.model import node_name
 from calib.quantize.placement import BACKBONES, FUSIBLE_ACT, WEIGHTED, place
 from calib.quantize.ties import Graph
 
@@ -32,10 +33,6 @@ INT8, FP16, FP32 = "int8", "fp16", "fp32"
 MODES = ("implicit", "explicit")
 COMPUTE = WEIGHTED | {"MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool"}
 SKIP = frozenset({"Constant", "Shape", "ConstantOfShape"})  # no engine layer of their own
-
-
-def node_name(node) -> str:
-    return node.name or node.output[0]
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,6 @@ def add_fp16_rows(result: dict, algo: str, qdq: onnx.ModelProto, fp16: onnx.Mode
                    batch_size=recipe.evaluation.batch_size)
     for n in names:
         result["configs"][n] = res["configs"][n]
-    result.setdefault("paired_extra", []).extend(res.get("paired") or [])
     return names
 
 
@@ -43,6 +42,5 @@ def fp16_engines(model: onnx.ModelProto, configs: dict, exclude, label) -> tuple
         rows = [f"{name} qdq", f"{name} qdq-fp16"]
         engines[rows[0]] = Fp16Runner(q, rows[0], backend="onnxruntime (Q/DQ model as written)")
         engines[rows[1]] = Fp16Runner(f.model, rows[1])
-        infos.append({"file": None, "algorithm": name, "io_type": "fp32", "casts": f.casts, "rows": rows,
-                      "fp32_layers": f.fp32_table(), "ranges_from": f.ranges_from, "text": f.describe()})
+        infos.append({**f.entry(name, "fp32"), "rows": rows})
     return engines, infos

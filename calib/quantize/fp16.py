@@ -25,7 +25,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from calib.errors import ModelError
-from calib.quantize.model import _elem_types
+from calib.quantize.model import elem_types, node_name
 from calib.quantize.opset import FP16_QDQ_OPSET, mark_opset, model_opset
 
 log = logging.getLogger(__name__)
@@ -42,7 +42,6 @@ class Fp16Result:
     model: onnx.ModelProto
     fp32_nodes: dict = field(default_factory=dict)  # node name -> why it stays FP32 (schema, plugin, subgraph)
     casts: int = 0
-    subnormal_scales: list = field(default_factory=list)
 
 
 def _slot_types(node, n_in: int, n_out: int, opset: int):
@@ -88,65 +87,72 @@ def _round_scale(scale: np.ndarray, up: bool) -> np.ndarray:
     return h.astype(np.float32)
 
 
-class _Writer:
-    """Builds the FP16 graph node by node, keeping per tensor its variants by type."""
+class Names:
+    """Fresh tensor and node names: `base`, else `base_2`, `base_3`..., none of them taken."""
 
-    def __init__(self, g: onnx.GraphProto, types: dict[str, int]):
-        self.inits = {t.name: t for t in g.initializer}
-        self.types = types
-        self.nodes: list = []
-        self.new_inits: list = []
-        self.variant: dict[tuple[str, int], str] = {}  # (tensor, type) -> name of that tensor in that type
-        self.casts = 0
-        self.weight_q: set[str] = set()  # outputs of QuantizeLinear nodes that quantize a weight
-        self.names = {t for n in g.node for t in list(n.input) + list(n.output)} | set(self.inits)
-        self.names |= {i.name for i in g.input}
+    def __init__(self, taken):
+        self.taken = set(taken)
 
     def fresh(self, base: str) -> str:
         name, k = base, 1
-        while name in self.names:
+        while name in self.taken:
             k += 1
             name = f"{base}_{k}"
-        self.names.add(name)
+        self.taken.add(name)
         return name
 
+
+class _Writer:
+    """Builds the FP16 graph node by node, keeping per tensor its variants by type."""
+
+    def __init__(self, g: onnx.GraphProto):
+        self.inits = {t.name: t for t in g.initializer}
+        self.nodes: list = []
+        self.new_inits: list = []
+        self.variant: dict[str, dict[int, str]] = {}  # tensor -> type -> name of that tensor in that type
+        self.casts = 0
+        self.weight_q: set[str] = set()  # outputs of QuantizeLinear nodes that quantize a weight
+        self.names = Names({t for n in g.node for t in list(n.input) + list(n.output)} | set(self.inits)
+                           | {i.name for i in g.input})
+        self.fresh = self.names.fresh
+
     def produced(self, name: str, typ: int) -> None:
-        self.variant[(name, typ)] = name
+        self.variant.setdefault(name, {})[typ] = name
 
     def init_as(self, name: str, typ: int, scale: str | None = None) -> str:
         """The float initializer `name` in type `typ` (a converted copy where needed); scale: 'act'/'weight' rounds
         a Q/DQ scale to FP16 values in either type."""
-        key = (name, typ)
-        if key in self.variant:
-            return self.variant[key]
+        have = self.variant.setdefault(name, {})
+        if typ in have:
+            return have[typ]
         t = self.inits[name]
         arr = numpy_helper.to_array(t)
         if scale is not None:
             arr = _round_scale(arr, up=scale == "weight")
         if typ == t.data_type and scale is None:
-            self.variant[key] = name
+            have[typ] = name
             return name
         new = self.fresh(f"{name}_{TYPE_NAMES[typ]}")
         self.new_inits.append(numpy_helper.from_array(arr.astype(np.float16 if typ == F16 else np.float32), new))
-        self.variant[key] = new
+        have[typ] = new
         return new
 
     def get(self, name: str, typ: int) -> str:
         """`name` in type `typ`: itself, an initializer copy, or a Cast (made once, right here)."""
         if not name:
             return name
-        if (name, typ) in self.variant:
-            return self.variant[(name, typ)]
+        have = self.variant.get(name, {})
+        if typ in have:
+            return have[typ]
         if name in self.inits:
             return self.init_as(name, typ)
-        have = [t for (n, t) in self.variant if n == name]
         if not have:
             raise ModelError(f"tensor '{name}' is read before it is made (the graph is not in topological order)")
         new = self.fresh(f"{name}_{TYPE_NAMES[typ]}")
-        self.nodes.append(helper.make_node("Cast", [self.variant[(name, have[0])]], [new], to=typ,
+        self.nodes.append(helper.make_node("Cast", [next(iter(have.values()))], [new], to=typ,
                                            name=self.fresh(f"{name}_cast_{TYPE_NAMES[typ]}")))
         self.casts += 1
-        self.variant[(name, typ)] = new
+        have[typ] = new
         return new
 
 
@@ -163,25 +169,21 @@ def _readers(g) -> dict[str, list]:
     return out
 
 
-def node_key(node) -> str:
-    return node.name or (node.output[0] if node.output else "")
-
-
 def to_fp16(qdq: onnx.ModelProto, keep: dict[str, str] | None = None, io_type: str = "fp32") -> Fp16Result:
     """The FP16+INT8 model of the Q/DQ model `qdq` (opset >= 19); `keep`: node name -> why it stays FP32."""
-    if model_opset(qdq) < FP16_QDQ_OPSET:
+    opset = model_opset(qdq)
+    if opset < FP16_QDQ_OPSET:
         raise ModelError(f"the FP16+INT8 model needs opset {FP16_QDQ_OPSET} (FP16 Q/DQ scales); this one is at "
-                         f"{model_opset(qdq)}")
+                         f"{opset}")
     if io_type not in ("fp32", "fp16"):
         raise ModelError(f"io type '{io_type}': fp32 or fp16")
     keep = dict(keep or {})
-    opset = model_opset(qdq)
     g0 = qdq.graph
-    types = _elem_types(qdq)
+    types = elem_types(qdq)
     for t in g0.initializer:
         types[t.name] = t.data_type
     readers = _readers(g0)
-    w = _Writer(g0, types)
+    w = _Writer(g0)
     io = F16 if io_type == "fp16" else F32
     fp32_nodes: dict[str, str] = {}
 
@@ -192,7 +194,7 @@ def to_fp16(qdq: onnx.ModelProto, keep: dict[str, str] | None = None, io_type: s
     prec: dict[int, int] = {}
     slots: dict[int, tuple] = {}
     for i, n in enumerate(g0.node):
-        key = node_key(n)
+        key = node_name(n)
         if n.op_type in ("QuantizeLinear", "DequantizeLinear") and n.domain in ("", "ai.onnx"):
             continue
         st = _slot_types(n, len(n.input), len(n.output), opset) if n.domain in ("", "ai.onnx") else None
@@ -263,7 +265,7 @@ def to_fp16(qdq: onnx.ModelProto, keep: dict[str, str] | None = None, io_type: s
             if not t:
                 continue
             if t in dq_of:
-                node.input[k] = _dq(w, dq_of[t], reader_type(n, k), readers, subnormal)
+                node.input[k] = _dq(w, dq_of[t], reader_type(n, k))
                 continue
             if not is_float(t):
                 continue
@@ -303,9 +305,6 @@ def to_fp16(qdq: onnx.ModelProto, keep: dict[str, str] | None = None, io_type: s
             # the producer writes `o` in its type under another name; the model's output is the Cast
             inner = w.fresh(f"{o.name}_{TYPE_NAMES[have]}")
             _rename(w.nodes, o.name, inner)
-            for key in [k for k in w.variant if k[0] == o.name]:
-                v = w.variant.pop(key)
-                w.variant[(inner, key[1])] = inner if v == o.name else v
             w.nodes.append(helper.make_node("Cast", [inner], [o.name], to=io, name=w.fresh(f"{o.name}_cast_output")))
             w.casts += 1
         vi = onnx.ValueInfoProto()
@@ -331,7 +330,7 @@ def to_fp16(qdq: onnx.ModelProto, keep: dict[str, str] | None = None, io_type: s
     if subnormal:
         log.warning("%d Q/DQ scales below FP16's smallest normal (%.3g) lose precision in FP16: %s",
                     len(set(subnormal)), _F16_MIN_NORMAL, ", ".join(sorted(set(subnormal))[:5]))
-    return Fp16Result(m, fp32_nodes, w.casts, sorted(set(subnormal)))
+    return Fp16Result(m, fp32_nodes, w.casts)
 
 
 def _rename(nodes, old: str, new: str) -> None:
@@ -344,25 +343,20 @@ def _rename(nodes, old: str, new: str) -> None:
                 n.input[k] = new
 
 
-def _dq(w: _Writer, dq, typ: int, readers, subnormal) -> str:
+def _dq(w: _Writer, dq, typ: int) -> str:
     """The output of DequantizeLinear `dq` in type `typ` (its scale in that type), written once per type."""
-    key = (dq.output[0], typ)
-    if key in w.variant:
-        return w.variant[key]
-    x = dq.input[0]
-    src = w.variant.get((x, TensorProto.INT8)) or x  # a Q's output or an INT8 weight initializer
-    s = dq.input[1]
+    have = w.variant.setdefault(dq.output[0], {})
+    if typ in have:
+        return have[typ]
+    x = dq.input[0]  # a Q's output or an INT8 weight initializer
     is_weight = x in w.weight_q or x in w.inits
-    scale = w.init_as(s, typ, "weight" if is_weight else "act")
-    taken = any(k[0] == dq.output[0] for k in w.variant)
-    out = w.fresh(f"{dq.output[0]}_{TYPE_NAMES[typ]}") if taken else dq.output[0]
-    w.names.add(out)
+    scale = w.init_as(dq.input[1], typ, "weight" if is_weight else "act")
     node = onnx.NodeProto()
     node.CopyFrom(dq)
-    node.input[0], node.input[1] = src, scale
-    node.output[0] = out
-    if taken:
+    node.input[1] = scale
+    if have:  # another type's copy has the original name
+        node.output[0] = w.fresh(f"{dq.output[0]}_{TYPE_NAMES[typ]}")
         node.name = w.fresh(f"{dq.name}_{TYPE_NAMES[typ]}")
     w.nodes.append(node)
-    w.variant[key] = out
-    return out
+    have[typ] = node.output[0]
+    return node.output[0]

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 
 import onnx
 
-from calib.quantize.fp16 import node_key
-from calib.quantize.model import constant_value
+from calib.quantize.model import constant_value, node_name
+from calib.quantize.ties import Graph
 
 FP16_MAX = 65504.0
 RANGE_MARGIN = 2.0  # a tensor at half of FP16's range on calibration data is too close to it
@@ -62,18 +62,14 @@ def fp32_layers(qdq: onnx.ModelProto, ranges: dict | None = None, ranges_from: s
                 tail: bool = True) -> list[Kept]:
     """The layers of the Q/DQ model `qdq` that stay FP32, each with its rule and reason, in graph order."""
     g = qdq.graph
-    nodes = list(g.node)
-    made = {t: i for i, n in enumerate(nodes) for t in n.output}
-    readers: dict[str, list[int]] = {}
-    for i, n in enumerate(nodes):
-        for t in n.input:
-            readers.setdefault(t, []).append(i)
+    graph = Graph.of(qdq)
+    nodes, made, readers = graph.nodes, graph.producer, graph.consumers
     kept: dict[int, Kept] = {}
 
     def add(i: int, rule: str, reason: str) -> None:
         n = nodes[i]
         if i not in kept and n.op_type not in _SHAPE_OPS:
-            kept[i] = Kept(node_key(n), n.op_type, rule, reason)
+            kept[i] = Kept(node_name(n), n.op_type, rule, reason)
 
     limit = FP16_MAX / RANGE_MARGIN
     for t, amax in (ranges or {}).items():

@@ -35,6 +35,11 @@ class Fp16Model:
                  if n not in {k.node for k in self.kept}]
         return rows
 
+    def entry(self, algorithm: str, io_type: str, file: str | None = None) -> dict:
+        """What a report says of this model (calib.evaluate.report.fp16_blocks)."""
+        return {"file": file, "algorithm": algorithm, "io_type": io_type, "casts": self.casts,
+                "fp32_layers": self.fp32_table(), "ranges_from": self.ranges_from, "text": self.describe()}
+
     def describe(self) -> str:
         rules: dict[str, int] = {}
         for r in self.fp32_table():

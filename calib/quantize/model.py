@@ -106,7 +106,13 @@ def infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
     return onnx.shape_inference.infer_shapes(light_model(model))
 
 
-def _elem_types(model: onnx.ModelProto) -> dict[str, int]:
+def node_name(node) -> str:
+    """A node's name, or its first output's where it has none (as calib names layers everywhere)."""
+    return node.name or node.output[0]
+
+
+def elem_types(model: onnx.ModelProto) -> dict[str, int]:
+    """Every tensor's element type that the graph declares or shape inference gives (weights left out)."""
     try:
         inferred = infer_shapes(model)
     except Exception as exc:
@@ -132,7 +138,7 @@ def inspect_model(path: str | Path, model: onnx.ModelProto | None = None) -> Mod
 def _inspect(path: Path, model: onnx.ModelProto) -> ModelInfo:
     g = model.graph
     init = {t.name for t in g.initializer}
-    types = _elem_types(model)
+    types = elem_types(model)
     inputs = tuple(
         (vi.name, _dims(vi), vi.type.tensor_type.elem_type) for vi in g.input if vi.name not in init
     )

@@ -18,6 +18,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from calib.quantize.model import node_name
 from calib.quantize.opset import at_qdq_opset, mark_opset
 from calib.quantize.placement import place
 from calib.quantize.ties import tie_amax
@@ -59,8 +60,7 @@ def quantizable_layers(model: onnx.ModelProto) -> list[str]:
     """Names of the nodes that get Q/DQ inputs, in graph order (an unnamed node goes by its first output)."""
     seen = []
     for ni, _, _ in quantized_inputs(model):
-        node = model.graph.node[ni]
-        name = node.name or node.output[0]
+        name = node_name(model.graph.node[ni])
         if name not in seen:
             seen.append(name)
     return seen

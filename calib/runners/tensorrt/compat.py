@@ -69,6 +69,12 @@ def cache_version(trt) -> str:
     return str(major * 1000 + minor * 100 + patch * 10)
 
 
+def cache_major(digits: str) -> int:
+    """The major version in a cache header's digits (cache_version's inverse): 8600 -> 8, 100300 -> 10."""
+    n = int(digits)
+    return n // 10000 if n >= 100000 else n // 1000 if n >= 1000 else n
+
+
 def weakly_typed(trt) -> bool:
     """Whether this TensorRT builds weakly typed networks (FP16/INT8 flags, layer precisions, calibrators): up to
     10.x. TensorRT 11 runs every layer in the types the network gives it."""
