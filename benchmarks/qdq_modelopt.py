@@ -1,14 +1,15 @@
 """ModelOpt's INT8 Q/DQ model from a TensorRT calibration cache (a benchmark baseline, run from ModelOpt's own
 environment by benchmarks/qdq_prepare.py; calib never imports ModelOpt).
 
-    python benchmarks/qdq_modelopt.py MODEL.onnx CACHE CALIB_F32.npy OUT.onnx
+    python benchmarks/qdq_modelopt.py MODEL.onnx CACHE CALIB_F32.npy OUT.onnx [fp32|fp16]
 
 ModelOpt 0.47 (modelopt.onnx.quantization.int8) quantizes only the nodes whose inputs the cache names, still
 runs ONNX Runtime's static calibration on the data it is given (random data when none: its CLI takes a cache or
 data, not both), then overwrites each activation scale the cache holds (replace_scale_values). So this gives it
 calib's calibration data too, with its fast 'max' method: the scales that matter come from the cache. The graph
 stays FP32 (high_precision_dtype='fp32', not ModelOpt's default fp16: TensorRT 8.6 takes only FP32 Q/DQ scales),
-as calib's Q/DQ model does; both are built with the INT8 and FP16 flags.
+as calib's Q/DQ model does; both are built with the INT8 and FP16 flags. The fifth argument fp16 gives ModelOpt's
+default instead, its FP16+INT8 model for strongly typed builds (benchmarks/fp16_modelopt.py).
 Prints a JSON line: ModelOpt version, seconds, and how many activation QuantizeLinear scales equal the cache's.
 """
 import json
@@ -31,6 +32,7 @@ def cache_scales(path):
 
 def main():
     model, cache, data, out = sys.argv[1:5]
+    dtype = sys.argv[5] if len(sys.argv) > 5 else "fp32"
     import modelopt
     from modelopt.onnx.quantization import quantize
 
@@ -41,7 +43,7 @@ def main():
     shutil.copy(model, copy)
     t0 = time.time()
     quantize(copy, quantize_mode="int8", calibration_data={name: x}, calibration_method="max",
-             calibration_cache_path=cache, calibration_eps=["cpu"], output_path=out, high_precision_dtype="fp32")
+             calibration_cache_path=cache, calibration_eps=["cpu"], output_path=out, high_precision_dtype=dtype)
     secs = time.time() - t0
     shutil.rmtree(tmp, ignore_errors=True)
     q = onnx.load(out)
@@ -66,7 +68,7 @@ def main():
                       "qdq_nodes": sum(n.op_type in ("QuantizeLinear", "DequantizeLinear") for n in q.graph.node),
                       "call": "modelopt.onnx.quantization.quantize(quantize_mode='int8', calibration_method='max', "
                               "calibration_cache_path=CACHE, calibration_data={input: calib data}, "
-                              "calibration_eps=['cpu'], high_precision_dtype='fp32')"}))
+                              f"calibration_eps=['cpu'], high_precision_dtype='{dtype}')"}))
 
 
 if __name__ == "__main__":
