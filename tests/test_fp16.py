@@ -201,3 +201,39 @@ def test_read_ranges(tmp_path):
     p.write_text('{"absmax": {"a": "big"}}')
     with pytest.raises(CalibError, match="ranges"):
         read_ranges(p)
+
+
+def test_a_constant_past_fp16_keeps_its_readers_fp32():
+    """PP-OCRv4's detector holds a BatchNormalization variance of 9.8e7: in FP16 it is infinite and the layer's
+    output zero. The layer reading it stays FP32; the same model with a small variance converts whole."""
+    rng = np.random.default_rng(0)
+
+    def bn_model(var):
+        inits = {"w": (rng.standard_normal((4, 4, 1, 1)) * 0.2).astype(np.float32),
+                 "scale": np.full(4, 3000.0, np.float32), "bias": np.zeros(4, np.float32),
+                 "mean": np.zeros(4, np.float32), "var": np.full(4, var, np.float32)}
+        nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv"),
+                 helper.make_node("BatchNormalization", ["c", "scale", "bias", "mean", "var"], ["y"], name="bn")]
+        return _model(nodes, inits, ["y"])
+
+    f = make_fp16_model(bn_model(9.8e7), {"x": 1.0, "c": 1.0, "y": 1.0}, tail=False)
+    why = {k.node: (k.rule, k.reason) for k in f.kept}
+    assert why == {"bn": ("range", "reads constant 'var' holds 9.8e+07 (FP16 ends at 65504)")}
+    x = np.random.default_rng(1).random((1, 4, 8, 8), dtype=np.float32)
+    ref = ort.InferenceSession(bn_model(9.8e7).SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {"x": x})[0]
+    got = Fp16Runner(f.model).run({"x": x})["y"]
+    assert np.isfinite(got).all() and np.abs(got).max() > 0.5 * np.abs(ref).max()
+    assert not make_fp16_model(bn_model(1.0), {"x": 1.0, "c": 1.0, "y": 1.0}, tail=False).kept
+
+
+def test_the_emulation_runs_a_fixed_batch_model_a_batch_at_a_time():
+    """ddddocr's detector takes exactly one image: the evaluation hands its runners several at once."""
+    m = make_fp16_model(conv_block(), AMAX).model  # input 'x' fixed at batch 1
+    r = Fp16Runner(m)
+    assert r.fixed == 1
+    x = np.random.default_rng(2).random((3, 4, 8, 8), dtype=np.float32)
+    got = r.run({"x": x})
+    for k in range(3):
+        one = r.run({"x": x[k:k + 1]})
+        assert all(np.array_equal(got[o][k:k + 1], one[o]) for o in got)

@@ -1,6 +1,7 @@
 """Which float layers of a Q/DQ model stay FP32 in its FP16+INT8 model (calib.quantize.fp16), and why.
 
-- range: a layer whose output's absolute maximum over the calibration pass passes FP16's largest value (65504)
+- range: a float constant past FP16's largest value (a BatchNormalization variance), with the layers that read it;
+  a layer whose output's absolute maximum over the calibration pass passes FP16's largest value (65504)
   divided by RANGE_MARGIN (data beyond the calibration set goes further), and the float layers that read such a
   tensor (they would read it rounded to infinity). The ranges are the pass's own maxima (calib run's ranges.json);
   a cache's amax, where no ranges are given, is clipped by its calibrator and is only a lower bound.
@@ -18,7 +19,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import onnx
+from onnx import numpy_helper
 
 from calib.quantize.model import constant_value, node_name
 from calib.quantize.ties import Graph
@@ -80,6 +83,12 @@ def fp32_layers(qdq: onnx.ModelProto, ranges: dict | None = None, ranges_from: s
             add(made[t], "range", why)
         for r in readers.get(t, []):
             add(r, "range", f"reads {why}")
+    for t, (amax, maker) in _big_constants(qdq).items():
+        why = f"constant '{t}' holds {amax:.6g} (FP16 ends at 65504)"
+        if maker is not None:
+            add(maker, "range", why)
+        for r in readers.get(t, []):
+            add(r, "range", f"reads {why}")
     for i, n in enumerate(nodes):
         if n.op_type in REDUCTIONS:
             add(i, "reduction", f"{n.op_type}: its sums overflow or lose precision in FP16")
@@ -121,6 +130,31 @@ def _spacing(x: float) -> float:
     import math
 
     return 2.0 ** (math.floor(math.log2(x)) - 10)
+
+
+def _big_constants(model: onnx.ModelProto) -> dict[str, tuple[float, int | None]]:
+    """Float constants (initializers, Constant/ConstantOfShape values) with a finite value past FP16's largest: their
+    largest magnitude and the node that makes them (None for an initializer). PP-OCRv4's detector has a
+    BatchNormalization variance of 9.8e7, which FP16 makes infinite."""
+    found = {}
+
+    def check(name, tensor, maker):
+        if tensor.data_type not in (onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE):
+            return
+        v = numpy_helper.to_array(tensor)
+        v = np.abs(v[np.isfinite(v)])
+        if v.size and float(v.max()) > FP16_MAX:
+            found[name] = (float(v.max()), maker)
+
+    for t in model.graph.initializer:
+        check(t.name, t, None)
+    for i, n in enumerate(model.graph.node):
+        if n.op_type in ("Constant", "ConstantOfShape"):
+            value = next((a.t for a in n.attribute if a.name == "value" and a.type == onnx.AttributeProto.TENSOR),
+                         None)
+            if value is not None:
+                check(n.output[0], value, i)
+    return found
 
 
 def _tail(g, nodes, readers) -> list[int]:
