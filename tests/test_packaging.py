@@ -16,7 +16,7 @@ def _project() -> dict:
 def test_distribution_name_is_not_calib_and_the_command_stays():
     p = _project()
     assert p["name"] == DISTRIBUTION and p["name"] != "calib"  # `calib` on PyPI is an unrelated package
-    assert p["scripts"] == {"calib": "calib.cli:entry"}
+    assert p["scripts"] == {"calib": "calib.__main__:entry"}
     assert p["license"] == "Apache-2.0"  # an SPDX string: no deprecation warnings on install
 
 

@@ -91,7 +91,7 @@ def test_calib_as_printed_works_after_make_run(tmp_path):
     assert activate in README
     assert README.index(activate) < README.index("\n    calib "), "the README says how before its first command"
     assert any("activate" in line for line in _target("run")), "make run ends by saying how to type calib"
-    assert re.search(r'^calib = "calib\.cli:entry"$', (ROOT / "pyproject.toml").read_text(), re.M)
+    assert re.search(r'^calib = "calib\.__main__:entry"$', (ROOT / "pyproject.toml").read_text(), re.M)
     if sys.prefix == sys.base_prefix:
         pytest.skip("not run from a virtual environment (make test runs from .venv)")
     script = Path(sys.prefix) / "bin" / "activate"

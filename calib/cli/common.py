@@ -10,33 +10,53 @@ from calib.errors import CalibError, one_line
 
 
 def handled(fn):
-    """Turn a CalibError into one line on stderr and exit code 2."""
+    """Turn a CalibError into one line on stderr and exit code 2; Ctrl-C and SIGTERM into one line and 130 / 143."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        from calib.io.signals import Terminated, terminate_as_interrupt
+        from calib.io.signals import terminate_as_interrupt
 
         try:
             with terminate_as_interrupt():  # SIGTERM cleans up as Ctrl-C does
                 return fn(*args, **kwargs)
-        except BrokenPipeError:  # `calib cache inspect ... | head`: the reader left; end quietly, as cat does
-            _silence_stdout()
-            sys.exit(141)
-        except CalibError as exc:
-            click.echo(f"error: {one_line(exc)}", err=True)
-            sys.exit(exc.exit_code)
-        except OSError as exc:  # a read-only folder, a full disk: name the file, no traceback
-            where = exc.filename or "output"
-            click.echo(f"error: {one_line(f'{where}: {exc.strerror or exc}')}", err=True)
-            sys.exit(2)
-        except Terminated:
-            click.echo("terminated: nothing was written", err=True)
-            sys.exit(143)
-        except KeyboardInterrupt:
-            click.echo("interrupted: nothing was written", err=True)
-            sys.exit(130)
+        except SystemExit:
+            raise
+        except BaseException as exc:  # noqa: BLE001  (each kind below, the rest raised again)
+            code, line = outcome(exc)
+            if code is None:
+                raise
+            if line:
+                click.echo(line, err=True)
+            from calib.io.signals import end_now
+
+            end_now(code)  # the `calib` process after a signal; in a program embedding calib, returns
+            sys.exit(code)
 
     return wrapper
+
+
+def outcome(exc: BaseException) -> tuple[int | None, str | None]:
+    """The exit code and the one line for an exception that reached the command line; (None, None): a bug, raised.
+    Once a signal came, whatever surfaces is its doing (a library's ImportError when Ctrl-C hit its import)."""
+    from calib.io.signals import Terminated, exit_code, interrupted_line, received, reported
+
+    sig = received()
+    if sig is not None or isinstance(exc, KeyboardInterrupt):
+        if sig is None:
+            import signal
+
+            sig = signal.SIGTERM if isinstance(exc, Terminated) else signal.SIGINT
+        reported()
+        return exit_code(sig), interrupted_line(sig)
+    if isinstance(exc, BrokenPipeError):  # `calib cache inspect ... | head`: the reader left; end quietly, as cat
+        _silence_stdout()
+        return 141, None
+    if isinstance(exc, CalibError):
+        return exc.exit_code, f"error: {one_line(exc)}"
+    if isinstance(exc, OSError):  # a read-only folder, a full disk: name the file, no traceback
+        where = exc.filename or "output"
+        return 2, f"error: {one_line(f'{where}: {exc.strerror or exc}')}"
+    return None, None
 
 
 def cache_checks(fn):

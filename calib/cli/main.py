@@ -437,39 +437,3 @@ def bench(engine, batch_size, shapes, profile, iters, repeats, as_json, layers, 
 main.add_command(cache)
 main.add_command(zoo)
 
-
-def entry() -> None:
-    """The `calib` process: the command line, then a quick exit. Once the command is done (its files written and
-    closed), the threads that are not daemons joined and the atexit handlers run, the interpreter's own teardown
-    would take 0.2 s more (numba's and ONNX Runtime's modules and objects freed one by one, YOLOv3-tiny's
-    calibration 3.6 s in all); the process ends with the command's exit status instead."""
-    import atexit
-    import os
-    import sys
-    import threading
-
-    try:
-        main()
-        code = 0
-    except SystemExit as exc:
-        code = exc.code
-    if code is None:
-        code = 0
-    elif not isinstance(code, int):
-        print(code, file=sys.stderr)
-        code = 1
-    for t in threading.enumerate():
-        if t is not threading.current_thread() and not t.daemon:
-            t.join()
-    getattr(atexit, "_run_exitfuncs", lambda: None)()
-    for stream in {id(s): s for s in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__) if s}.values():
-        try:
-            stream.flush()
-        except (OSError, ValueError):  # a closed pipe (`calib ... | head`): nothing more to write
-            if code == 0:
-                code = 120  # as the interpreter's own exit has it
-    os._exit(code)
-
-
-if __name__ == "__main__":
-    entry()

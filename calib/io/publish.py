@@ -31,6 +31,7 @@ import logging
 import os
 import re
 import secrets
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -39,7 +40,7 @@ from calib.io.files import atomic_write_json, printable
 from calib.io.inputs import identities, inputs_in
 from calib.io.manifest import (MANIFEST, MARKER, PREVIOUS, matches, read_manifest, refresh_manifest,
                                remove_folder, remove_listed, write_manifest)
-from calib.io.signals import terminate_as_interrupt
+from calib.io.signals import no_forced_exit_cleanup, on_forced_exit, terminate_as_interrupt
 from calib.io.staging import drop_marker, lock, mark_stage, marked, mount_point, stage_home, writable
 
 __all__ = ["MANIFEST", "PREVIOUS", "publish", "read_manifest", "refresh_manifest", "recover", "mark_stage"]
@@ -240,6 +241,28 @@ def _output_error(exc: OSError, out: Path, ours: list) -> CalibError | None:
     return None
 
 
+class _Undo:
+    """What a forced exit (calib.io.signals) removes of a publication: its lock, and its staging folder until the
+    publication begins to change `out` (a staging folder holding a manifest is then a commitment that the next run
+    on `out` finishes, as after any kill). Runs on the watcher thread: no imports, no logging."""
+
+    def __init__(self, out: Path):
+        self.out, self.stage, self.held, self.committing = out, None, None, False
+
+    def __call__(self) -> str | None:
+        line = None
+        if self.stage is not None and not self.committing:
+            shutil.rmtree(self.stage, ignore_errors=True)
+        elif self.committing:
+            line = f"interrupted while publishing {printable(self.out)}: the next calib run on it finishes that"
+        if self.held is not None:
+            try:
+                self.held.unlink()
+            except OSError:
+                pass
+        return line
+
+
 def publish(out: str | Path, work: Callable[[Path], object], command: str = "", on_stage=None,
             inputs=()) -> Path:
     """Call work(stage) on a new staging folder; publish what it wrote as `out` only if it returns.
@@ -258,14 +281,16 @@ def publish(out: str | Path, work: Callable[[Path], object], command: str = "", 
         raise CalibError(f"{out}: cannot create the output folder ({exc.strerror or exc})") from None
     writable(out)
     home = stage_home(out)
-    with terminate_as_interrupt():
+    undo = _Undo(out)
+    with terminate_as_interrupt(), on_forced_exit(undo):
         stage, held, state = None, None, {}
         try:
-            held = lock(home, out)
+            held = undo.held = lock(home, out)
             recover(home, out, inputs_in(out, ids))
             prefix = f".{_STAGE}-" if home == out else f".{out.name}.{_STAGE}-"
             stage = home / f"{prefix}{os.getpid()}-{secrets.token_hex(4)}"
             stage.mkdir()
+            undo.stage = stage
             mark_stage(stage, out)
             if on_stage is not None:
                 on_stage(stage)
@@ -275,6 +300,8 @@ def publish(out: str | Path, work: Callable[[Path], object], command: str = "", 
                 if on_stage is not None:
                     on_stage(None)
             write_manifest(stage, command)
+            with no_forced_exit_cleanup():  # from here on a forced exit leaves the staging folder to the next run
+                undo.committing = True
             commit(stage, out, inputs_in(out, ids), state)
         except OSError as exc:
             err = _output_error(exc, out, [p for p in (stage, held) if p is not None])
