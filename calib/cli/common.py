@@ -29,6 +29,10 @@ def handled(fn):
             where = exc.filename or "output"
             click.echo(f"error: {one_line(f'{where}: {exc.strerror or exc}')}", err=True)
             sys.exit(2)
+        except MemoryError:  # past what the machine gives, whatever the budget said: no traceback either
+            click.echo("error: out of memory: lower --memory-budget (memory_budget in a recipe) or the input size",
+                       err=True)
+            sys.exit(2)
         except Terminated:
             click.echo("terminated: nothing was written", err=True)
             sys.exit(143)

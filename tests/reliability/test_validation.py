@@ -161,3 +161,50 @@ def test_nan_in_recipe_data_is_refused_or_skipped_and_reported(workdir):  # noqa
     assert report["calibration"]["nonfinite_left_out"] == ["sample 3 (row 3)"]
     assert report["calibration"]["samples"] == 7
     assert "NaN or Inf" in (workdir / "out" / "run.log").read_text()
+
+
+@pytest.mark.parametrize("flag,value,needle", [
+    ("--input-shape", "images=1x3x2000000000x2000000000", "too small for one sample"),  # int64 product wrapped
+    ("--input-shape", "images=1x3x3037000500x3037000500", "too small for one sample"),
+    ("--input-shape", "images=4611686018427387904x3x8x8", "too small for one sample"),
+    ("--input-shape", "images=1x3x99999999999999999999x32", "int64"),  # past ONNX's dim_value
+    ("--input-shape", "images=1x3x9223372036854775808x8", "int64"),
+    ("--memory-budget", "1e308TB", "--memory-budget"),  # float infinity once multiplied
+    ("--memory-budget", "1e30GB", "--memory-budget"),
+    ("--memory-budget", "1e19B", "--memory-budget"),
+])
+def test_sizes_that_overflow_are_one_line_naming_the_option(tmp_path, flag, value, needle):
+    from nets import conv_net
+
+    from reliability.test_bad_inputs import snapshot
+
+    conv_net(tmp_path / "dyn.onnx", ["N", 3, "H", "W"])
+    np.save(tmp_path / "x.npy", np.zeros((4, 3, 8, 8), np.float32))
+    before = snapshot(tmp_path)
+    args = ["--input-shape", "images=1x3x8x8", "--memory-budget", "2GB"]
+    args[args.index(flag) + 1] = value
+    r = CliRunner().invoke(main, ["calibrate", str(tmp_path / "dyn.onnx"), "--data", str(tmp_path / "x.npy"),
+                                  "--algo", "minmax", *args, "--out", str(tmp_path / "c")])
+    one_line_failure(r, needle, "--memory-budget" if needle == "too small for one sample" else flag)
+    assert r.exit_code == 2 and no_files(tmp_path / "c")
+    assert snapshot(tmp_path, [tmp_path / "c"]) == before
+
+
+@pytest.mark.parametrize("setting,key", [
+    ("memory_budget=1e308TB", "memory_budget"),
+    ("memory_budget=1e30GB", "memory_budget"),
+    ("input_shapes={images: 1x3x99999999999999999999x32}", "input_shapes"),
+    ("input_shapes={images: [1, 3, 18446744073709551616, 8]}", "input_shapes"),
+    ("input_shapes={images: 1x3x2000000000x2000000000}", "memory_budget"),
+])
+def test_sizes_that_overflow_in_a_recipe_name_the_key(tmp_path, setting, key):
+    from nets import conv_net, image_folder
+
+    conv_net(tmp_path / "dyn.onnx", ["N", 3, "H", "W"])
+    image_folder(tmp_path / "imgs", [(10, 12)] * 4)
+    text = TINY.format(kind="folder", path="imgs").replace("tiny.onnx", "dyn.onnx").replace(
+        "preprocess: {resize: [8, 8], mode: exact}\n", "")
+    for command in ("run", "sensitivity"):
+        r = run(tmp_path, "--set", setting, text=text, command=command)
+        one_line_failure(r, key)
+        assert r.exit_code == 2 and no_files(tmp_path / "out")
