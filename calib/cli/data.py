@@ -206,9 +206,13 @@ def preprocess_spec(args: DataArgs, input_dims: tuple, elem_type: int):
     mean = _floats(args.mean, "--mean") or (IMAGENET_MEAN if preset == "imagenet" else (0.0, 0.0, 0.0))
     std = _floats(args.std, "--std") or (IMAGENET_STD if preset == "imagenet" else (1.0, 1.0, 1.0))
     scale = args.scale if args.scale is not None else (1.0 if preset == "none" else 1.0 / 255.0)
-    return PreprocessSpec(resize=resize, mode=mode, crop=_size(args.crop, "--crop"), pad_value=args.pad_value,
+    spec = PreprocessSpec(resize=resize, mode=mode, crop=_size(args.crop, "--crop"), pad_value=args.pad_value,
                           color="BGR" if args.bgr else "RGB", letterbox_anchor=args.letterbox_anchor, scale=scale,
                           mean=mean, std=std, layout=layout, dtype=_DTYPE.get(elem_type, "float32"))
+    fault = spec.normalization_fault()
+    if fault:
+        raise DataError(f"--{fault[0].split('[')[0]}: {fault[1]}")
+    return spec
 
 
 def _coco_images(annotations: Path, given: str | None) -> Path:

@@ -208,3 +208,36 @@ def test_sizes_that_overflow_in_a_recipe_name_the_key(tmp_path, setting, key):
         r = run(tmp_path, "--set", setting, text=text, command=command)
         one_line_failure(r, key)
         assert r.exit_code == 2 and no_files(tmp_path / "out")
+
+
+@pytest.mark.parametrize("flag,value", [
+    ("--std", "inf"), ("--std", "nan"), ("--std", "1e39"), ("--std", "0.2,inf,0.2"), ("--std", "1e-39"),
+    ("--std", "1e-50"), ("--mean", "nan"), ("--mean", "inf"), ("--mean", "-1e39"), ("--mean", "0,0,-inf"),
+])
+def test_normalization_that_is_not_finite_is_refused_naming_the_flag(workdir, flag, value):  # noqa: F811
+    """--std inf gave caches of all-zero scales (exit 0); nan and 1e39 were blamed on the data."""
+    from reliability.test_bad_inputs import snapshot
+
+    before = snapshot(workdir)
+    for data in ("imgs", "u8.npy"):
+        if data == "u8.npy":
+            np.save(workdir / "u8.npy", np.full((4, 8, 8, 3), 200, np.uint8))
+            before = snapshot(workdir)
+        r = CliRunner().invoke(main, ["calibrate", str(workdir / "tiny.onnx"), "--data", str(workdir / data),
+                                      "--preprocess", "unit", f"{flag}={value}", "--out", str(workdir / "c")])
+        one_line_failure(r, f"error: {flag}:")
+        assert r.exit_code == 2 and "skip-nonfinite" not in r.output and no_files(workdir / "c")
+        assert snapshot(workdir, [workdir / "c"]) == before
+
+
+@pytest.mark.parametrize("setting,key", [
+    ("preprocess.std=1.0e+39", "preprocess.std[0]"), ("preprocess.std=[0.2, 1.0e-39, 0.2]", "preprocess.std"),
+    ("preprocess.std=[0.2, .inf, 0.2]", "preprocess.std[1]"), ("preprocess.std=.nan", "preprocess.std[0]"),
+    ("preprocess.mean=[0, -1.0e+39, 0]", "preprocess.mean[1]"), ("preprocess.mean=.inf", "preprocess.mean[0]"),
+    ("preprocess.std=1.0e-50", "preprocess.std[0]"), ("preprocess.scale=1.0e+39", "preprocess.scale"),
+])
+def test_normalization_that_is_not_finite_in_a_recipe_names_the_key(workdir, no_pass, setting, key):  # noqa: F811
+    for command in ("run", "sensitivity"):
+        r = run(workdir, "--set", setting, command=command)
+        one_line_failure(r, "r.yaml", f"{key}:")
+        assert r.exit_code == 2 and no_files(workdir / "out")
