@@ -190,9 +190,9 @@ def _write_fp16(proto, c, ex, int8_weights, io_type, ranges, stem_output, model,
     from calib.quantize.opset import describe_opset
     from calib.quantize.qdq import count_qdq
 
-    table = read_ranges(ranges) if ranges else None
-    f = make_fp16_model(proto, c.amaxes(), table, f"{ranges}" if ranges else None, ex, int8_weights, io_type,
-                        stem_output, label=model)
+    table = read_ranges(ranges, proto, model) if ranges else None
+    f = make_fp16_model(proto, c.amaxes(), table, f"{ranges} (at least the cache's amax)" if ranges else None, ex,
+                        int8_weights, io_type, stem_output, label=model)
     cov = weight_coverage(f.model)
     check_float_weights(cov, model, allow_float_weights, "--allow-float-weights")
     atomic_write_bytes(out, f.model.SerializeToString())

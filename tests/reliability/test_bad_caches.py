@@ -74,3 +74,56 @@ def test_unknown_tensors_override(tmp_path):
             str(tmp_path / "q.onnx")]
     one_line_failure(CliRunner().invoke(main, args), "'ghost'", "--allow-unknown")
     assert CliRunner().invoke(main, [*args, "--allow-unknown"]).exit_code == 0
+
+
+BIG = {"input": 3e4, "conv1": 1.4e5, "relu1": 1.4e5, "pool1": 1.4e5, "conv2": 2.8e5, "add1": 2.7e5, "gap": 1.3e5,
+       "flat": 1.3e5, "logits": 2e5}  # a cache whose own amax keeps every layer past FP16 in FP32
+
+
+@pytest.mark.parametrize("doc,needle", [
+    ('{"absmax": {}}', "names none of the tensors"),
+    ('{}', "names none of the tensors"),
+    ('{"absmax": {"images": 3.0, "out": 5.0}}', "names none of the tensors"),  # another model's
+    ('{"absmax": {"input": NaN, "conv1": 1.0}}', "tensor 'input'"),
+    ('{"absmax": {"input": 1.0, "conv1": Infinity}}', "tensor 'conv1'"),
+    ('{"absmax": {"input": 1.0, "conv1": -1e9}}', "tensor 'conv1'"),
+    ('{"absmax": {"input": 1.0, "relu1": true}}', "tensor 'relu1'"),
+    ('{"absmax": {"input": 1.0, "relu1": "1e5"}}', "tensor 'relu1'"),
+    ('{"absmax": {"input": 1.0, "relu1": null}}', "tensor 'relu1'"),
+    ('{"absmax": [1, 2]}', "expected"),
+])
+def test_ranges_file_that_does_not_fit_is_refused(tmp_path, doc, needle):
+    from calib.quantize.cache import write_cache
+
+    from reliability.test_bad_inputs import snapshot
+
+    model = conv_relu_gap(tmp_path / "m.onnx")
+    write_cache(tmp_path / "c.cache", BIG)
+    (tmp_path / "ranges.json").write_text(doc)
+    before = snapshot(tmp_path)
+    for args in (["cache", "migrate"], ["cache", "convert", "--to", "qdq", "--float-type", "fp16"]):
+        r = CliRunner().invoke(main, ["--quiet", *args, str(tmp_path / "c.cache"), "--model", str(model), "--ranges",
+                                      str(tmp_path / "ranges.json"), "-o", str(tmp_path / "q.onnx")])
+        one_line_failure(r, "ranges.json", needle)
+        assert r.exit_code == 2 and not (tmp_path / "q.onnx").exists()
+        assert snapshot(tmp_path) == before
+
+
+@pytest.mark.parametrize("low", [0.0, 1.0, 2048.0, 65504.0])
+def test_ranges_below_the_cache_never_send_its_fp32_layers_to_fp16(tmp_path, low):
+    import onnx
+
+    from calib.quantize.cache import write_cache
+
+    model = conv_relu_gap(tmp_path / "m.onnx")
+    write_cache(tmp_path / "c.cache", BIG)
+    (tmp_path / "ranges.json").write_text(json.dumps({"absmax": {t: low for t in ("input", "conv1", "conv2")}}))
+    r = CliRunner().invoke(main, ["--quiet", "cache", "migrate", str(tmp_path / "c.cache"), "--model", str(model),
+                                  "--ranges", str(tmp_path / "ranges.json"), "-o", str(tmp_path / "q.onnx")])
+    assert r.exit_code == 0, r.output
+    kept = {line.split()[1] for line in r.output.splitlines() if line.strip().startswith("FP32")}
+    assert {"conv1", "relu1", "pool1", "conv2", "add1", "fc"} <= kept, r.output
+    q = onnx.load(str(tmp_path / "q.onnx"))
+    onnx.checker.check_model(q)
+    types = {vi.name: vi.type.tensor_type.elem_type for vi in onnx.shape_inference.infer_shapes(q).graph.value_info}
+    assert all(types.get(t) != onnx.TensorProto.FLOAT16 for t in ("conv1", "conv2", "add1")), types
