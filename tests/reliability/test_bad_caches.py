@@ -127,3 +127,41 @@ def test_ranges_below_the_cache_never_send_its_fp32_layers_to_fp16(tmp_path, low
     onnx.checker.check_model(q)
     types = {vi.name: vi.type.tensor_type.elem_type for vi in onnx.shape_inference.infer_shapes(q).graph.value_info}
     assert all(types.get(t) != onnx.TensorProto.FLOAT16 for t in ("conv1", "conv2", "add1")), types
+
+
+@pytest.mark.parametrize("scale", [65536.0, 7e4, 1e6, 1e30])
+@pytest.mark.parametrize("command", [["cache", "migrate"], ["cache", "convert", "--to", "qdq", "--float-type", "fp16"]])
+def test_a_scale_past_fp16_keeps_its_qdq_pair_fp32_and_says_so(tmp_path, scale, command):
+    """A cache scale of 1e6 was written as 65504 (15x too small), with numpy's raw overflow warning."""
+    import warnings
+
+    import numpy as np
+    import onnx
+    import onnxruntime as ort
+    from onnx import numpy_helper
+
+    from calib.quantize.cache import write_cache
+
+    model = conv_relu_gap(tmp_path / "m.onnx")
+    amax = dict(BIG, pool1=scale * 127, conv1=scale * 127, relu1=scale * 127)
+    write_cache(tmp_path / "c.cache", amax)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        r = CliRunner().invoke(main, [*command, str(tmp_path / "c.cache"), "--model", str(model),
+                                      "-o", str(tmp_path / "q.onnx")])
+    assert r.exit_code == 0, r.output
+    assert not [w for w in caught if issubclass(w.category, RuntimeWarning)], [str(w.message) for w in caught]
+    assert "overflow" not in r.output and "fp16.py" not in r.output
+    said = [line for line in r.output.splitlines() if "past FP16's largest value" in line]
+    assert len(said) == 1 and "pool1" in said[0], r.output
+    q = onnx.load(str(tmp_path / "q.onnx"))
+    onnx.checker.check_model(q)
+    inits = {t.name: numpy_helper.to_array(t) for t in q.graph.initializer}
+    for n in q.graph.node:
+        if n.op_type in ("QuantizeLinear", "DequantizeLinear") and n.input[1] in inits:
+            s = inits[n.input[1]]
+            assert not np.any(s == np.float16(65504)), (n.name, s)  # never clipped to FP16's largest
+            if n.input[0].startswith("pool1"):
+                assert s.dtype == np.float32 and float(s) == pytest.approx(np.float32(scale), rel=1e-6)
+    sess = ort.InferenceSession(str(tmp_path / "q.onnx"), providers=["CPUExecutionProvider"])
+    sess.run(None, {"input": np.zeros((1, 3, 8, 8), np.float32)})
