@@ -20,7 +20,7 @@ from calib.io.manifest import record, replaceable
 from calib.io.memory import Budget, parse_size
 from calib.pipeline import staged
 from calib.quantize.cache import Sidecar, write_cache, write_sidecar
-from calib.quantize.model import inspect_model
+from calib.quantize.model import initializers_not_inputs, inspect_model
 from calib.quantize.qdq import Exclusions, insert_qdq, quantizable_layers
 from calib.quantize.shapes import fix_input_shapes
 from calib.recipe import Recipe, input_paths
@@ -205,7 +205,7 @@ def _sensitivity(recipe: Recipe, stage: Path, out: Path) -> None:
         n += len(boxes)
         if n >= spec.samples:
             break
-    model = onnx.load(str(model_path))
+    model = initializers_not_inputs(onnx.load(str(model_path)))
     scorer = Scorer(model, amax, batches, spec.metric, recipe.evaluation.detection, hook)
     layers = quantizable_layers(model)
     target = budget_target(spec.metric, scorer.fp32_score, spec.max_drop, spec.min_sqnr_db)

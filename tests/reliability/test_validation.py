@@ -241,3 +241,60 @@ def test_normalization_that_is_not_finite_in_a_recipe_names_the_key(workdir, no_
         r = run(workdir, "--set", setting, command=command)
         one_line_failure(r, "r.yaml", f"{key}:")
         assert r.exit_code == 2 and no_files(workdir / "out")
+
+
+def _old_model(path, opset: int, first: bool):
+    """conv_relu_gap as an old exporter wrote it: IR 3, every initializer listed as a graph input too (before or
+    after the data input), at `opset`; ONNX Runtime runs it fed `input` alone."""
+    from conftest import conv_relu_gap
+
+    conv_relu_gap(path)
+    m = onnx.load(str(path))
+    weights = [helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)) for t in m.graph.initializer]
+    inputs = list(m.graph.input)
+    del m.graph.input[:]
+    m.graph.input.extend(weights + inputs if first else inputs + weights)
+    del m.opset_import[:]
+    m.opset_import.append(helper.make_opsetid("", opset))
+    m.ir_version = 3
+    onnx.checker.check_model(m)
+    onnx.save(m, str(path))
+    return path
+
+
+@pytest.mark.parametrize("opset,first", [(7, False), (7, True), (9, True), (11, False)])
+def test_legal_old_models_take_their_initializers_for_weights(tmp_path, opset, first):
+    import onnxruntime as ort
+
+    from reliability.test_bad_inputs import snapshot
+
+    model = _old_model(tmp_path / "old.onnx", opset, first)
+    np.save(tmp_path / "x.npy", np.random.default_rng(0).random((8, 3, 8, 8), dtype=np.float32))
+    before = snapshot(tmp_path)
+    t = tmp_path
+
+    def ok(*args):
+        r = CliRunner().invoke(main, ["--quiet", *map(str, args)])
+        assert r.exit_code == 0 and "lacks model input" not in r.output, r.output
+        return r
+
+    ok("calibrate", model, "--data", t / "x.npy", "--algo", "minmax,entropy", "--equalize", "--out", t / "c")
+    ok("calibrate", model, "--data", t / "x.npy", "--algo", "minmax", "--batch-size", "3", "--out", t / "c2")
+    ok("evaluate", model, "--cache", t / "c2" / "minmax.cache", "--data", t / "x.npy", "--float-type", "fp16",
+       "--out", t / "e")
+    ok("cache", "convert", t / "c2" / "minmax.cache", "--model", model, "--to", "qdq", "-o", t / "q.onnx")
+    ok("cache", "convert", t / "c2" / "minmax.cache", "--model", model, "--to", "qdq", "--int8-weights",
+       "-o", t / "q8.onnx")
+    ok("cache", "migrate", t / "c2" / "minmax.cache", "--model", model, "-o", t / "m.onnx")
+    ok("cache", "migrate", t / "c2" / "minmax.cache", "--model", model, "--int8-weights", "-o", t / "m8.onnx")
+    written = [t / "q.onnx", t / "q8.onnx", t / "m.onnx", t / "m8.onnx", t / "c" / "old.equalized.onnx"]
+    for f in written:
+        m = onnx.load(str(f))
+        onnx.checker.check_model(m, full_check=True)
+        sess = ort.InferenceSession(str(f), providers=["CPUExecutionProvider"])
+        assert [i.name for i in sess.get_inputs()] == ["input"], f
+        out = sess.run(None, {"input": np.ones((2, 3, 8, 8), np.float32)})[0]
+        assert out.shape == (2, 5) and np.isfinite(out).all()
+    new = {k for k in snapshot(tmp_path)} - set(before)
+    assert all(k.split("/")[0] in {"c", "c2", "e"} or k in {p.name for p in written} for k in new), new
+    assert {k: v for k, v in snapshot(tmp_path).items() if k in before} == before
