@@ -28,7 +28,7 @@ NON_NEGATIVE = {"min": 0}
 UNIT = {"min": 0.0, "max": 1.0}
 ALGORITHM = {"algorithm": True}
 PIL_MAX_PIXELS = 89_478_485  # Pillow's Image.MAX_IMAGE_PIXELS
-_DIMS = re.compile(r"\d+(x\d+)+")
+_DIMS = re.compile(r"[0-9]+(x[0-9]+)+")
 
 
 @dataclass(frozen=True)
@@ -346,7 +346,7 @@ def _check(value, meta: dict, key: str, ctx: _Ctx) -> None:
             parse_size(value, key)
         except CalibError as exc:
             ctx.fail(key, str(exc).split(": ", 1)[-1])
-    if meta.get("digits") and not value.isdigit():
+    if meta.get("digits") and not (value.isascii() and value.isdigit()):
         ctx.fail(key, f"expected digits like 8600, got '{value}'")
     if meta.get("algorithm"):
         from calib.algorithms import registry

@@ -70,10 +70,10 @@ def _exchange(a: Path, b: Path) -> bool:
 
 def _stages(home: Path, out: Path) -> list[Path]:
     if home == out:
-        pat = re.compile(rf"^\.{_STAGE}-\d+-[0-9a-f]+$")
+        pat = re.compile(rf"^\.{_STAGE}-[0-9]+-[0-9a-f]+$")
     else:
         name = re.escape(out.name)
-        pat = re.compile(rf"^\.{name}\.({_STAGE}|{_OLD})-\d+-[0-9a-f]+$")
+        pat = re.compile(rf"^\.{name}\.({_STAGE}|{_OLD})-[0-9]+-[0-9a-f]+$")
         legacy = re.compile(_LEGACY_STAGE.format(name=name))
     try:
         entries = sorted(p for p in home.iterdir() if p.is_dir() and not p.is_symlink())

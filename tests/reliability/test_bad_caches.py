@@ -165,3 +165,29 @@ def test_a_scale_past_fp16_keeps_its_qdq_pair_fp32_and_says_so(tmp_path, scale, 
                 assert s.dtype == np.float32 and float(s) == pytest.approx(np.float32(scale), rel=1e-6)
     sess = ort.InferenceSession(str(tmp_path / "q.onnx"), providers=["CPUExecutionProvider"])
     sess.run(None, {"input": np.zeros((1, 3, 8, 8), np.float32)})
+
+
+@pytest.mark.parametrize("digits", ["\u0668\u0666\u0660\u0660", "\u0968\u0966\u0966\u0966", "８６００", "86\u00b2",
+                                    "8\u0666\u0660\u0660", "\U0001d7e0600"])
+def test_a_header_whose_version_digits_are_not_ascii_is_refused_and_never_written(tmp_path, digits):
+    """Python's \\d (and str.isdigit) take Arabic-Indic, Devanagari, full-width or superscript digits; TensorRT's
+    parser reads ASCII 0-9 only."""
+    from reliability.test_bad_inputs import snapshot
+
+    model = conv_relu_gap(tmp_path / "m.onnx")
+    (tmp_path / "c.cache").write_text(GOOD.replace("8600", digits, 1), encoding="utf-8")
+    before = snapshot(tmp_path)
+    for args in (["cache", "inspect", tmp_path / "c.cache"],
+                 ["cache", "convert", tmp_path / "c.cache", "--model", model, "--to", "cache", "-o",
+                  tmp_path / "out.cache"],
+                 ["cache", "convert", tmp_path / "c.cache", "--model", model, "--to", "qdq", "-o", tmp_path / "q.onnx"],
+                 ["cache", "migrate", tmp_path / "c.cache", "--model", model, "-o", tmp_path / "q.onnx"]):
+        r = CliRunner().invoke(main, ["--quiet", *map(str, args)])
+        one_line_failure(r, "c.cache", "line 1", "ASCII")
+        assert r.exit_code == 2 and snapshot(tmp_path) == before
+    (tmp_path / "c.cache").write_text(GOOD)
+    before = snapshot(tmp_path)
+    r = CliRunner().invoke(main, ["--quiet", "cache", "convert", str(tmp_path / "c.cache"), "--model", str(model),
+                                  "--to", "cache", "--trt-version", digits, "-o", str(tmp_path / "out.cache")])
+    one_line_failure(r, "--trt-version", "ASCII")
+    assert r.exit_code == 2 and snapshot(tmp_path) == before
