@@ -15,9 +15,10 @@ from calib.data.sources import make_source
 from calib.errors import CalibError
 from calib.evaluate.postprocess import load as load_hook
 from calib.evaluate.report import _png
-from calib.io.files import atomic_write_bytes, atomic_write_json, atomic_write_text, read_bounded, sha256_file
+from calib.io.files import atomic_write_bytes, atomic_write_json, atomic_write_text, sha256_file
 from calib.io.manifest import record, replaceable
 from calib.io.memory import Budget, parse_size
+from calib.io.reading import read_json
 from calib.pipeline import staged
 from calib.quantize.cache import Sidecar, write_cache, write_sidecar
 from calib.quantize.model import initializers_not_inputs, inspect_model
@@ -151,7 +152,7 @@ def _cached_search(out: Path, key: str) -> dict | None:
     if not p.is_file():
         return None
     try:
-        got = json.loads(read_bounded(p, 256 << 20, "search cache"))
+        got = read_json(p, 256 << 20, "search cache")  # bounded in size and nesting, as every input
     except (OSError, ValueError, CalibError) as exc:
         log.warning("%s: unreadable (%s); searching again", p, exc)
         return None
