@@ -61,10 +61,25 @@ def make_fp16_model(model: onnx.ModelProto, amax: dict, ranges: dict | None = No
     else:
         ranges = at_least(ranges, amax)
     kept = fp32_layers(q, ranges, ranges_from or "the calibration pass", tail=tail)
+    if io_type == "fp16":
+        _warn_io_past_fp16(q, ranges, label)
     res: Fp16Result = to_fp16(q, {k.node: f"{k.rule}: {k.reason}" for k in kept}, io_type)
     check(res.model, label, q)
     fixed = {n: why for n, why in res.fp32_nodes.items() if n not in {k.node for k in kept}}
     return Fp16Model(res.model, kept, fixed, res.casts, ranges_from or "the calibration pass")
+
+
+FP16_MAX = 65504.0
+
+
+def _warn_io_past_fp16(model: onnx.ModelProto, ranges: dict, label: str | None) -> None:
+    """One warning naming the float inputs and outputs whose range FP16 cannot hold: with io_type fp16 they would
+    read or return inf."""
+    io = [v.name for v in (*model.graph.input, *model.graph.output)]
+    over = [f"'{t}' reaches {ranges[t]:.3g}" for t in dict.fromkeys(io) if ranges.get(t, 0.0) > FP16_MAX]
+    if over:
+        log.warning("%s: --io-type fp16 (io_type): %s, past FP16's largest value (65504): it would read inf there; "
+                    "keep the inputs and outputs fp32", label or "model", ", ".join(over))
 
 
 def check(model: onnx.ModelProto, label: str | None = None, source: onnx.ModelProto | None = None) -> None:

@@ -191,3 +191,20 @@ def test_a_header_whose_version_digits_are_not_ascii_is_refused_and_never_writte
                                   "--to", "cache", "--trt-version", digits, "-o", str(tmp_path / "out.cache")])
     one_line_failure(r, "--trt-version", "ASCII")
     assert r.exit_code == 2 and snapshot(tmp_path) == before
+
+
+@pytest.mark.parametrize("peak", [7e4, 2.4e6, 1e30])
+def test_io_type_fp16_on_an_output_past_fp16_is_said(tmp_path, peak):
+    """--io-type fp16 on a model whose output the cache shows at 2.4e6 overflowed to inf without a word."""
+    from calib.quantize.cache import write_cache
+
+    model = conv_relu_gap(tmp_path / "m.onnx")
+    write_cache(tmp_path / "c.cache", dict(GOOD_AMAX, logits=peak))
+    r = CliRunner().invoke(main, ["cache", "migrate", str(tmp_path / "c.cache"), "--model", str(model),
+                                  "--io-type", "fp16", "-o", str(tmp_path / "q.onnx")])
+    assert r.exit_code == 0, r.output
+    said = [line for line in r.output.splitlines() if "--io-type fp16" in line]
+    assert len(said) == 1 and "'logits'" in said[0] and "65504" in said[0], r.output
+    r = CliRunner().invoke(main, ["cache", "migrate", str(tmp_path / "c.cache"), "--model", str(model),
+                                  "-o", str(tmp_path / "q32.onnx")])
+    assert r.exit_code == 0 and "--io-type fp16" not in r.output, r.output
