@@ -43,6 +43,13 @@ def handled(fn):
     return wrapper
 
 
+def given_path(path, flag: str = "-o") -> None:
+    """An empty or blank output path (`-o ''`, an unset shell variable) is refused naming the flag, before any
+    file is read or written."""
+    if path is not None and not str(path).strip():
+        raise CalibError(f"{flag}: empty path: give the output to write")
+
+
 def cache_checks(fn):
     """--ignore-sidecar and --allow-partial, for every command that uses a cache."""
     fn = click.option("--allow-partial", is_flag=True,

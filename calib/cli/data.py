@@ -54,6 +54,9 @@ def input_shapes(items) -> dict[str, tuple[int, ...]]:
         if not sep or not name or not shape or any(d < 1 for d in shape):
             raise click.BadParameter(f"'{item}': expected NAME=DIMS such as images=1x3x640x640",
                                      param_hint="--input-shape")
+        if name in out and out[name] != shape:  # not the last one silently
+            raise DataError(f"--input-shape: input '{name}' given twice ({'x'.join(map(str, out[name]))} and "
+                            f"{'x'.join(map(str, shape))}): give one shape per input")
         out[name] = shape
     return out
 

@@ -247,7 +247,7 @@ def publish(out: str | Path, work: Callable[[Path], object], command: str = "", 
     on_stage(stage) / on_stage(None): called once the folder exists and again before publishing (run.log).
     inputs: the files the command reads; none of them is replaced or removed in `out`."""
     if not str(out).strip():
-        raise CalibError("output folder: empty path")
+        raise CalibError("output folder (-o/--out, output in a recipe): empty path")
     out = Path(os.path.abspath(Path(out).expanduser()))
     if out.is_symlink() or (out.exists() and not out.is_dir()):
         raise CalibError(f"{out}: output must be a folder, not a link or a file")

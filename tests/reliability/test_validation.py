@@ -298,3 +298,43 @@ def test_legal_old_models_take_their_initializers_for_weights(tmp_path, opset, f
     new = {k for k in snapshot(tmp_path)} - set(before)
     assert all(k.split("/")[0] in {"c", "c2", "e"} or k in {p.name for p in written} for k in new), new
     assert {k: v for k, v in snapshot(tmp_path).items() if k in before} == before
+
+
+@pytest.mark.parametrize("empty", ["", " ", "\t"])
+def test_an_empty_output_path_is_refused_naming_the_flag(workdir, empty):  # noqa: F811
+    """`-o ''` was refused with a message naming an internal .tmp file (or a traceback, --to cache)."""
+    from reliability.test_bad_inputs import snapshot
+
+    t = workdir
+    np.save(t / "x.npy", np.random.default_rng(0).random((4, 3, 8, 8), dtype=np.float32))
+    (t / "c.cache").write_text("TRT-8600-EntropyCalibration2\n" + "".join(
+        f"{n}: 3c810204\n" for n in ("input", "conv1", "relu1", "pool1", "conv2", "add1", "gap", "flat", "logits")))
+    (t / "r.yaml").write_text(TINY.format(kind="folder", path="imgs"))
+    before = snapshot(t)
+    for args, flag in ((["calibrate", t / "tiny.onnx", "--data", t / "x.npy", "-o", empty], "-o"),
+                       (["evaluate", t / "tiny.onnx", "--cache", t / "c.cache", "--data", t / "x.npy", "-o", empty],
+                        "-o"),
+                       (["cache", "convert", t / "c.cache", "--model", t / "tiny.onnx", "--to", "qdq", "-o", empty],
+                        "-o"),
+                       (["cache", "convert", t / "c.cache", "--model", t / "tiny.onnx", "--to", "cache", "-o", empty],
+                        "-o"),
+                       (["cache", "migrate", t / "c.cache", "--model", t / "tiny.onnx", "-o", empty], "-o"),
+                       (["build", t / "tiny.onnx", "--precision", "fp16", "-o", empty], "-o"),
+                       (["run", t / "r.yaml", "--out", empty], "--out"),
+                       (["sensitivity", t / "r.yaml", "--out", empty], "--out")):
+        r = CliRunner().invoke(main, ["--quiet", *map(str, args)])
+        one_line_failure(r, flag, "empty path")
+        assert r.exit_code == 2 and ".tmp" not in r.output and snapshot(t) == before, args
+
+
+@pytest.mark.parametrize("second", ["images=1x3x9x9", "images=2x3x8x8", "images:1x3x8x16"])
+def test_an_input_shape_given_twice_is_refused(tmp_path, second):
+    from nets import conv_net
+
+    conv_net(tmp_path / "dyn.onnx", ["N", 3, "H", "W"])
+    np.save(tmp_path / "x.npy", np.zeros((4, 3, 8, 8), np.float32))
+    r = CliRunner().invoke(main, ["calibrate", str(tmp_path / "dyn.onnx"), "--data", str(tmp_path / "x.npy"),
+                                  "--input-shape", "images=1x3x8x8", "--input-shape", second,
+                                  "--out", str(tmp_path / "c")])
+    one_line_failure(r, "--input-shape", "'images' given twice")
+    assert r.exit_code == 2 and no_files(tmp_path / "c")
