@@ -70,30 +70,10 @@ class PreprocessSpec:
     dtype: str = field(default="float32", metadata={"choices": ("float32", "float16", "uint8")})
 
     def normalization_fault(self) -> tuple[str, str] | None:
-        """(key, what is wrong) where scale, mean or std is not a finite number of the type fed (std and scale also
-        not 0 there), or maps a pixel value 0..255 past that type's range; None where all hold."""
-        import numpy as np
+        """(key, what is wrong) where scale, mean or std does not fit the type fed (calib.io.finite)."""
+        from calib.io.finite import normalization_fault
 
-        ftype = np.dtype("float32" if self.dtype == "uint8" else self.dtype)
-        top = float(np.finfo(ftype).max)
-        with np.errstate(all="ignore"):
-            for key, values, nonzero in (("scale", (self.scale,), True), ("mean", self.mean, False),
-                                         ("std", self.std, True)):
-                for i, v in enumerate(values):
-                    name = key if key == "scale" else f"{key}[{i}]"
-                    if not math.isfinite(v) or not abs(float(np.float32(v))) <= top:
-                        return name, f"{v!r} is not a finite {ftype} number"
-                    if nonzero and np.float32(v) == 0:
-                        return name, f"{v!r} is 0 in float32"
-            if self.dtype == "uint8":
-                return None
-            scale, mean, std = np.float32(self.scale), np.float32(self.mean), np.float32(self.std)
-            for pixel in (0, 255):
-                out = ((np.float32(pixel) * scale - mean) / std).astype(ftype)
-                if not np.isfinite(out).all():
-                    return "std", (f"pixel value {pixel} becomes {float(np.abs(out).max()):g} after scale, mean and "
-                                   f"std, past {ftype}'s range")
-        return None
+        return normalization_fault(self.scale, self.mean, self.std, self.dtype)
 
 
 @dataclass(frozen=True)
