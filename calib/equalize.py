@@ -24,7 +24,7 @@ import onnx
 from onnx import numpy_helper
 
 from calib.errors import ModelError
-from calib.quantize.model import constant_value, node_attr, relu_bounds
+from calib.quantize.model import constant_value, initializers_not_inputs, node_attr, relu_bounds
 
 log = logging.getLogger(__name__)
 
@@ -192,7 +192,7 @@ def equalize_file(model_path, source, out_path, max_batches: int | None = None) 
     from calib.io.files import atomic_write_bytes
     from calib.runners.onnxruntime import OrtRunner
 
-    model = onnx.load(str(model_path))
+    model = initializers_not_inputs(onnx.load(str(model_path)))  # an IR 3 model's weights are no inputs
     batches = list(itertools.islice(iter(source), max_batches))
     if not batches:
         raise ModelError(f"equalize: no calibration batches for {model_path}")

@@ -28,7 +28,7 @@ NON_NEGATIVE = {"min": 0}
 UNIT = {"min": 0.0, "max": 1.0}
 ALGORITHM = {"algorithm": True}
 PIL_MAX_PIXELS = 89_478_485  # Pillow's Image.MAX_IMAGE_PIXELS
-_DIMS = re.compile(r"\d+(x\d+)+")
+_DIMS = re.compile(r"[0-9]+(x[0-9]+)+")
 
 
 @dataclass(frozen=True)
@@ -68,6 +68,12 @@ class PreprocessSpec:
     std: tuple[float, ...] = field(default=(1.0, 1.0, 1.0), metadata={"nonzero": True, "len": (1, 3)})
     layout: str = field(default="NCHW", metadata={"choices": ("NCHW", "NHWC")})
     dtype: str = field(default="float32", metadata={"choices": ("float32", "float16", "uint8")})
+
+    def normalization_fault(self) -> tuple[str, str] | None:
+        """(key, what is wrong) where scale, mean or std does not fit the type fed (calib.io.finite)."""
+        from calib.io.finite import normalization_fault
+
+        return normalization_fault(self.scale, self.mean, self.std, self.dtype)
 
 
 @dataclass(frozen=True)
@@ -320,7 +326,7 @@ def _check(value, meta: dict, key: str, ctx: _Ctx) -> None:
             parse_size(value, key)
         except CalibError as exc:
             ctx.fail(key, str(exc).split(": ", 1)[-1])
-    if meta.get("digits") and not value.isdigit():
+    if meta.get("digits") and not (value.isascii() and value.isdigit()):
         ctx.fail(key, f"expected digits like 8600, got '{value}'")
     if meta.get("algorithm"):
         from calib.algorithms import registry
@@ -376,6 +382,9 @@ def load_recipe(path: str | Path, overrides: typing.Sequence[str] = ()) -> Recip
     for item in overrides:
         _apply_override(raw, item, str(path))
     recipe = _build(Recipe, raw, _Ctx(str(path), path.resolve().parent))
+    fault = recipe.preprocess.normalization_fault()
+    if fault:
+        raise RecipeError(f"{path}: preprocess.{fault[0]}: {fault[1]}")
     return dataclasses.replace(recipe, source=str(path))
 
 

@@ -125,6 +125,7 @@ def cache_convert(file, model, fmt, carrier, trt_version, exclude, ignore_hash, 
                   quantize_stem_output, allow_float_weights, like_engine, allow_qdq, float_type, io_type, ranges,
                   ignore_sidecar, allow_partial, out):
     """Turn a cache into a Q/DQ ONNX model (TensorRT explicit quantization) or relabel its header (+ sidecar)."""
+    from calib.cli.common import given_path
     from calib.io.files import atomic_write_bytes
     from calib.io.inputs import refuse_overwrite
     from calib.quantize.cache import sidecar_path
@@ -144,6 +145,7 @@ def cache_convert(file, model, fmt, carrier, trt_version, exclude, ignore_hash, 
         inputs.append((ranges, "--ranges"))
     if like_engine:
         inputs += [(like_engine, "--like-engine"), (f"{like_engine}.json", "--like-engine's sidecar")]
+    given_path(out)
     outputs = [(out, "-o")] + ([(sidecar_path(out), "the sidecar of -o")] if fmt == "cache" else [])
     refuse_overwrite(outputs, inputs)  # before anything is read or written
     if fmt == "cache" and sidecar_path(out) == Path(out):
@@ -190,9 +192,9 @@ def _write_fp16(proto, c, ex, int8_weights, io_type, ranges, stem_output, model,
     from calib.quantize.opset import describe_opset
     from calib.quantize.qdq import count_qdq
 
-    table = read_ranges(ranges) if ranges else None
-    f = make_fp16_model(proto, c.amaxes(), table, f"{ranges}" if ranges else None, ex, int8_weights, io_type,
-                        stem_output, label=model)
+    table = read_ranges(ranges, proto, model) if ranges else None
+    f = make_fp16_model(proto, c.amaxes(), table, f"{ranges} (at least the cache's amax)" if ranges else None, ex,
+                        int8_weights, io_type, stem_output, label=model)
     cov = weight_coverage(f.model)
     check_float_weights(cov, model, allow_float_weights, "--allow-float-weights")
     atomic_write_bytes(out, f.model.SerializeToString())

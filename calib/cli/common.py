@@ -56,7 +56,16 @@ def outcome(exc: BaseException) -> tuple[int | None, str | None]:
     if isinstance(exc, OSError):  # a read-only folder, a full disk: name the file, no traceback
         where = exc.filename or "output"
         return 2, f"error: {one_line(f'{where}: {exc.strerror or exc}')}"
+    if isinstance(exc, MemoryError):  # past what the machine gives, whatever the budget said: no traceback either
+        return 2, "error: out of memory: lower --memory-budget (memory_budget in a recipe) or the input size"
     return None, None
+
+
+def given_path(path, flag: str = "-o") -> None:
+    """An empty or blank output path (`-o ''`, an unset shell variable) is refused naming the flag, before any
+    file is read or written."""
+    if path is not None and not str(path).strip():
+        raise CalibError(f"{flag}: empty path: give the output to write")
 
 
 def cache_checks(fn):

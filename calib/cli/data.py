@@ -54,6 +54,9 @@ def input_shapes(items) -> dict[str, tuple[int, ...]]:
         if not sep or not name or not shape or any(d < 1 for d in shape):
             raise click.BadParameter(f"'{item}': expected NAME=DIMS such as images=1x3x640x640",
                                      param_hint="--input-shape")
+        if name in out and out[name] != shape:  # not the last one silently
+            raise DataError(f"--input-shape: input '{name}' given twice ({'x'.join(map(str, out[name]))} and "
+                            f"{'x'.join(map(str, shape))}): give one shape per input")
         out[name] = shape
     return out
 
@@ -206,9 +209,13 @@ def preprocess_spec(args: DataArgs, input_dims: tuple, elem_type: int):
     mean = _floats(args.mean, "--mean") or (IMAGENET_MEAN if preset == "imagenet" else (0.0, 0.0, 0.0))
     std = _floats(args.std, "--std") or (IMAGENET_STD if preset == "imagenet" else (1.0, 1.0, 1.0))
     scale = args.scale if args.scale is not None else (1.0 if preset == "none" else 1.0 / 255.0)
-    return PreprocessSpec(resize=resize, mode=mode, crop=_size(args.crop, "--crop"), pad_value=args.pad_value,
+    spec = PreprocessSpec(resize=resize, mode=mode, crop=_size(args.crop, "--crop"), pad_value=args.pad_value,
                           color="BGR" if args.bgr else "RGB", letterbox_anchor=args.letterbox_anchor, scale=scale,
                           mean=mean, std=std, layout=layout, dtype=_DTYPE.get(elem_type, "float32"))
+    fault = spec.normalization_fault()
+    if fault:
+        raise DataError(f"--{fault[0].split('[')[0]}: {fault[1]}")
+    return spec
 
 
 def _coco_images(annotations: Path, given: str | None) -> Path:

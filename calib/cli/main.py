@@ -9,6 +9,7 @@ import click
 
 from calib.cli.cache import cache
 from calib.cli.common import cache_checks as _cache_checks
+from calib.cli.common import given_path
 from calib.cli.common import handled as _handled
 from calib.cli.data import CLI_NAMES, data_options, make_cli_source, model_options, with_data
 from calib.cli.data import input_shapes as parse_shapes
@@ -51,6 +52,7 @@ def run(ctx, recipe, out, overrides, quiet):
 
     if quiet:
         set_quiet(True)
+    given_path(out, "--out")
     r = load_recipe(recipe, overrides)
     path = run_recipe(r, out, verbose=ctx.obj["verbose"])
     rep = read_json(Path(path) / "report.json", 256 << 20, "report")
@@ -70,6 +72,7 @@ def sensitivity(ctx, recipe, out, overrides):
     from calib.recipe import load_recipe
     from calib.search.sensitivity import run_sensitivity
 
+    given_path(out, "--out")
     r = load_recipe(recipe, overrides)
     path = run_sensitivity(r, out, verbose=ctx.obj["verbose"])
     click.echo(f"wrote {Path(path) / 'sensitivity.md'}")
@@ -356,6 +359,7 @@ def build(model, out, cache, calibrator, data_args, precision, layer_precision, 
           constraints, batch_size, shapes, min_shapes, opt_shapes, max_shapes, workspace_mb, opt_level, timing_cache,
           tactic_sources, ignore_hash, allow_unknown, strongly_typed, ignore_sidecar, allow_partial):
     """Build a TensorRT engine from MODEL (FP32/FP16, INT8 from a cache, TensorRT's calibrator or Q/DQ)."""
+    given_path(out)
     _engine_outputs_not_inputs(model, out, cache, calibrator, data_args.data, layer_precisions_file, timing_cache)
     if cache:  # the sidecar, the model and every quantized layer's scale, before TensorRT is loaded
         from calib.quantize.cachecheck import CacheChecks, load_checked

@@ -109,9 +109,13 @@ def read_coco(path) -> Coco:
     return Coco(images, boxes, categories)
 
 
+YOLO_SLACK = 0.01  # how far past 0..1 a normalized YOLO value may stray (an exporter's rounding), as fractions
+
+
 def read_yolo_labels(path) -> np.ndarray:
     """[n, 5] rows 'class cx cy w h' of a YOLO label file; a row of another length, a value that is not a finite
-    number, a class that is not a non-negative integer or a negative size is an error naming the line."""
+    number, a class that is not a non-negative integer, a negative size or a coordinate outside 0..1 (beyond
+    YOLO_SLACK: pixel coordinates) is an error naming the line."""
     where = printable(path)
     rows = []
     for no, line in enumerate(read_text(path, MAX_LABEL_BYTES, "YOLO label file", DataError).splitlines(), 1):
@@ -131,5 +135,8 @@ def read_yolo_labels(path) -> np.ndarray:
             raise DataError(f"{where}: line {no}: class {fields[0]} is not a non-negative integer")
         if values[3] < 0 or values[4] < 0:
             raise DataError(f"{where}: line {no}: negative box width or height ({_short(line.strip())})")
+        if not all(-YOLO_SLACK <= v <= 1 + YOLO_SLACK for v in values[1:]):
+            raise DataError(f"{where}: line {no}: cx cy w h must be fractions of the image size, 0 to 1 "
+                            f"({_short(line.strip())}: pixel coordinates?)")
         rows.append(values)
     return np.array(rows, np.float64).reshape(-1, 5)

@@ -1,6 +1,7 @@
 """Arrays from .npy / .npz files (or memory) as a Source of preprocessed batches, for one input or several."""
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -116,7 +117,7 @@ def read_rows(array: np.ndarray, start: int, stop: int, mapped: tuple[str, int] 
     if mapped is None:
         return np.array(array[start:stop], copy=True)
     name, offset = mapped
-    row = array.dtype.itemsize * int(np.prod(array.shape[1:], dtype=np.int64))
+    row = array.dtype.itemsize * math.prod(int(d) for d in array.shape[1:])
     want = row * (stop - start)
     try:
         fd = os.open(name, os.O_RDONLY)

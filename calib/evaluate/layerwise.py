@@ -10,7 +10,7 @@ import onnx
 from calib.deploy.simulate import simulated_model
 from calib.evaluate.metrics import OutputRows, TensorStats
 from calib.io.memory import release
-from calib.quantize.model import ModelInfo
+from calib.quantize.model import ModelInfo, initializers_not_inputs
 from calib.quantize.opset import at_qdq_opset
 from calib.quantize.qdq import Exclusions, count_qdq
 from calib.runners.onnxruntime import OrtRunner
@@ -76,7 +76,7 @@ class Simulator:
         self.info = info
         self.fixed = fixed
         self.micro_batch = fixed or max(1, micro_batch)
-        proto = onnx.load(str(model_path))
+        proto = initializers_not_inputs(onnx.load(str(model_path)))
         expose = list(info.activations) if layerwise else []
         self.outputs = list(info.outputs)
         self.names = list(dict.fromkeys(self.outputs + expose))

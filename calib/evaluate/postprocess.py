@@ -18,7 +18,9 @@ from pathlib import Path
 import numpy as np
 
 from calib.errors import DataError, ModelError
+from calib.io.files import read_bounded
 
+MAX_HOOK_BYTES = 16 << 20
 EXPECTED = ("a list of {n} (boxes [K, 4] xyxy, scores [K], classes [K]), one per image, or class scores [{n}, C]")
 
 
@@ -44,8 +46,10 @@ class Hook:
         n = next(iter(outputs.values())).shape[0] if outputs else 0
         try:
             got = self.fn(dict(outputs))
-        except Exception as exc:  # the user's code: any failure becomes one line naming it
-            raise DataError(f"{self.label} raised {type(exc).__name__}: {exc}") from None
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM while the hook runs: the command stops as it would anywhere
+            raise
+        except BaseException as exc:  # the user's code, sys.exit() included: one line naming it, never an exit 0
+            raise DataError(f"{self.label} raised {type(exc).__name__}: {_said(exc)}") from None
         return check(got, n, self.label)
 
     def candidates(self, outputs: dict) -> list:
@@ -67,17 +71,28 @@ def load(text: str, flag: str = "--postprocess") -> Hook:
     if spec is None or spec.loader is None:
         raise ModelError(f"{flag} {text}: {path} cannot be loaded as a Python file")
     module = importlib.util.module_from_spec(spec)
+    source = read_bounded(path, MAX_HOOK_BYTES, "postprocess file")
     sys.modules[name] = module  # dataclasses and pickling in the user's file look their module up
-    try:
-        spec.loader.exec_module(module)
-    except Exception as exc:  # a syntax error or a failing import in the user's file
+    try:  # compiled here, not by the import system: no __pycache__ is written beside the user's file
+        exec(compile(source, str(path), "exec", dont_inherit=True), module.__dict__)
+    except KeyboardInterrupt:
         sys.modules.pop(name, None)
-        raise ModelError(f"{flag} {text}: the file failed to load ({type(exc).__name__}: {exc})") from None
+        raise
+    except BaseException as exc:  # a syntax error, a failing import, sys.exit() in the user's file
+        sys.modules.pop(name, None)
+        raise ModelError(f"{flag} {text}: the file failed to load ({type(exc).__name__}: {_said(exc)})") from None
     fn = getattr(module, func, None)
     if not callable(fn):
         raise ModelError(f"{flag} {text}: {path.name} has no function '{func}'"
                          + ("" if fn is None else f" ('{func}' is a {type(fn).__name__})"))
     return Hook(path, func, fn)
+
+
+def _said(exc: BaseException) -> str:
+    """What an exception says; for a SystemExit, the code it exits with."""
+    if isinstance(exc, SystemExit):
+        return f"exit code {exc.code!r} (a hook must return, not exit)"
+    return str(exc)
 
 
 def _describe(x) -> str:
@@ -104,16 +119,28 @@ def _image(item, label: str, j: int, n: int):
     if b.size != 4 * k or (b.ndim == 2 and b.shape[1] != 4) or c.reshape(-1).size != k:
         raise DataError(f"{label} returned boxes {list(b.shape)}, scores {list(s.shape)}, classes {list(c.shape)} "
                         f"for image {j}: expected boxes [K, 4] xyxy, scores [K], classes [K]")
+    _finite(b, label, f"boxes of image {j}")
+    _finite(s, label, f"scores of image {j}")
     c = c.reshape(-1)
     if k and (not np.all(np.isfinite(c)) or np.any(c != np.round(c)) or c.min() < 0):
         raise DataError(f"{label} returned classes that are not whole numbers >= 0 for image {j}")
     return b.reshape(-1, 4), s.reshape(-1), c.astype(np.int64)
 
 
+def _finite(x: np.ndarray, label: str, what: str) -> None:
+    """NaN or Inf in what a hook returns is refused: it would score as agreement (a NaN row's argmax is 0 in both
+    models) or as boxes no metric can place."""
+    if np.issubdtype(x.dtype, np.inexact) and not np.isfinite(x).all():
+        bad = np.argwhere(~np.isfinite(x))[0]
+        raise DataError(f"{label} returned NaN or Inf in its {what} (first at {list(map(int, bad))}): a hook's "
+                        "results must be finite numbers")
+
+
 def check(got, n: int, label: str) -> tuple[str, object]:
     """('classification', scores [n, C]) or ('detection', [(boxes, scores, classes)] * n), else one line."""
     if isinstance(got, np.ndarray) and got.dtype != object:
         if got.ndim == 2 and got.shape[0] == n and np.issubdtype(got.dtype, np.number):
+            _finite(got, label, "class scores")
             return "classification", got
         raise DataError(f"{label} returned {_describe(got)}: expected {EXPECTED.format(n=n)}")
     if isinstance(got, (list, tuple)) and len(got) == n:

@@ -50,6 +50,9 @@ _UNITS = {"": GB, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": MB, 
           "g": GB, "gb": GB, "gib": GB, "t": 1 << 40, "tb": 1 << 40, "tib": 1 << 40}
 
 
+MAX_SIZE = 1 << 63  # a byte count past int64 means nothing to the runtimes below
+
+
 def size_text(n: float) -> str:
     return f"{n / GB:.2f} GB" if n >= GB / 2 else f"{n / MB:.0f} MB"
 
@@ -67,7 +70,10 @@ def parse_size(text, where: str = "memory_budget") -> int:
         value = -1.0
     if unit not in _UNITS or not value > 0 or value != value or value == float("inf"):
         raise CalibError(f"{where}: '{text}': expected a size such as 2GB or 512MB")
-    return int(value * _UNITS[unit])
+    size = value * _UNITS[unit]
+    if not size < MAX_SIZE:
+        raise CalibError(f"{where}: '{text}': past the largest size calib takes ({MAX_SIZE // (1 << 60)} EiB)")
+    return max(1, int(size))
 
 
 @dataclass(frozen=True)

@@ -71,10 +71,10 @@ def _exchange(a: Path, b: Path) -> bool:
 
 def _stages(home: Path, out: Path) -> list[Path]:
     if home == out:
-        pat = re.compile(rf"^\.{_STAGE}-\d+-[0-9a-f]+$")
+        pat = re.compile(rf"^\.{_STAGE}-[0-9]+-[0-9a-f]+$")
     else:
         name = re.escape(out.name)
-        pat = re.compile(rf"^\.{name}\.({_STAGE}|{_OLD})-\d+-[0-9a-f]+$")
+        pat = re.compile(rf"^\.{name}\.({_STAGE}|{_OLD})-[0-9]+-[0-9a-f]+$")
         legacy = re.compile(_LEGACY_STAGE.format(name=name))
     try:
         entries = sorted(p for p in home.iterdir() if p.is_dir() and not p.is_symlink())
@@ -270,7 +270,7 @@ def publish(out: str | Path, work: Callable[[Path], object], command: str = "", 
     on_stage(stage) / on_stage(None): called once the folder exists and again before publishing (run.log).
     inputs: the files the command reads; none of them is replaced or removed in `out`."""
     if not str(out).strip():
-        raise CalibError("output folder: empty path")
+        raise CalibError("output folder (-o/--out, output in a recipe): empty path")
     out = Path(os.path.abspath(Path(out).expanduser()))
     if out.is_symlink() or (out.exists() and not out.is_dir()):
         raise CalibError(f"{out}: output must be a folder, not a link or a file")

@@ -33,7 +33,7 @@ def _lock_text(path: Path) -> str | None:
             text = fh.read(33).decode("ascii").strip()
     except (OSError, UnicodeDecodeError):
         return None
-    return text if text == "" or (text.isdigit() and len(text) < 20) else None
+    return text if text == "" or (text.isascii() and text.isdigit() and len(text) < 20) else None
 
 
 def lock(home: Path, out: Path) -> Path:

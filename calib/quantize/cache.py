@@ -22,9 +22,9 @@ from calib.io.reading import read_bytes, read_json
 CARRIERS = ("EntropyCalibration2", "EntropyCalibration", "MinMaxCalibration", "LegacyCalibration")
 DEFAULT_CARRIER = "EntropyCalibration2"
 NATIVE_CARRIER = {"entropy": "EntropyCalibration2", "minmax": "MinMaxCalibration"}
-_HEADER = re.compile(r"^TRT-(\d+)-([A-Za-z0-9]+)$")
+_HEADER = re.compile(r"^TRT-([0-9]+)-([A-Za-z0-9]+)$")  # ASCII digits: \d takes any script's, TensorRT not
 _LINE = re.compile(r"^(.+): ([0-9a-fA-F]{8}|0)$")
-_TRT_INTERNAL = re.compile(r"^\(Unnamed Layer\* \d+\) \[.+\]_output$")
+_TRT_INTERNAL = re.compile(r"^\(Unnamed Layer\* [0-9]+\) \[.+\]_output$")
 
 
 LINE_BREAKS = "\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029"  # every character str.splitlines() breaks on
@@ -77,8 +77,9 @@ class CalibrationCache:
 
 def format_cache(amaxes: dict, version: str = "8600", carrier: str = DEFAULT_CARRIER) -> str:
     """The cache text for per-tensor amax values (dict order is kept)."""
-    if not re.fullmatch(r"\d+", str(version)):
-        raise CacheError(f"TensorRT version for the cache header must be digits like 8600, got '{version}'")
+    if not re.fullmatch(r"[0-9]+", str(version)):
+        raise CacheError(f"--trt-version (calibration.trt_version): the cache header's TensorRT version must be "
+                         f"ASCII digits like 8600, got {ascii(str(version))}")
     if carrier not in CARRIERS:
         raise CacheError(f"unknown cache header algorithm '{carrier}' (choose from {', '.join(CARRIERS)})")
     lines = [f"TRT-{version}-{carrier}"]
@@ -100,8 +101,9 @@ def parse_cache(text: str, source: str = "<cache>") -> CalibrationCache:
         raise CacheError(f"{source}: empty file, expected a 'TRT-<version>-<algorithm>' header")
     m = _HEADER.match(lines[0].strip())
     if not m:
+        why = "" if lines[0].isascii() else " (characters other than ASCII: TensorRT reads version digits 0-9 only)"
         raise CacheError(f"{source}: line 1: expected a header like 'TRT-8600-EntropyCalibration2', "
-                         f"got '{lines[0][:60]}'")
+                         f"got {ascii(lines[0][:60])}{why}")
     scales: dict[str, float] = {}
     for no, raw in enumerate(lines[1:], start=2):
         line = raw.rstrip("\r")

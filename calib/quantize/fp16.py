@@ -35,6 +35,7 @@ FLOATS = (F32, F16)
 TYPE_NAMES = {F32: "fp32", F16: "fp16"}
 _F16_TYPE = "tensor(float16)"
 _F16_MIN_NORMAL = float(np.finfo(np.float16).tiny)
+_F16_MAX = float(np.finfo(np.float16).max)
 
 
 @dataclass
@@ -78,13 +79,20 @@ def _slot_types(node, n_in: int, n_out: int, opset: int):
 def _round_scale(scale: np.ndarray, up: bool) -> np.ndarray:
     """float32 scale values representable in FP16 (nearest, or the next one up), never zero or infinite."""
     s = np.asarray(scale, np.float32)
-    h = s.astype(np.float16)
+    with np.errstate(over="ignore"):  # past FP16 only where to_fp16 keeps the pair FP32 (_past_fp16): clipped here
+        h = s.astype(np.float16)
     if up:
         low = h.astype(np.float32) < s
         h = np.where(low, np.nextafter(h, np.float16(np.inf)), h)
     tiny = np.float16(np.finfo(np.float16).smallest_subnormal)
     h = np.clip(h, tiny, np.finfo(np.float16).max).astype(np.float16)
     return h.astype(np.float32)
+
+
+def _as(arr: np.ndarray, typ: int) -> np.ndarray:
+    """`arr` stored as `typ`; a value past FP16 becomes inf there, as the layers kept FP32 for it never read it."""
+    with np.errstate(over="ignore"):
+        return arr.astype(np.float16 if typ == F16 else np.float32)
 
 
 class Names:
@@ -111,6 +119,7 @@ class _Writer:
         self.new_inits: list = []
         self.variant: dict[str, dict[int, str]] = {}  # tensor -> type -> name of that tensor in that type
         self.casts = 0
+        self.past_fp16: set[str] = set()  # tensors whose Q/DQ scale FP16 cannot hold: their pair stays FP32
         self.weight_q: set[str] = set()  # outputs of QuantizeLinear nodes that quantize a weight
         self.names = Names({t for n in g.node for t in list(n.input) + list(n.output)} | set(self.inits)
                            | {i.name for i in g.input})
@@ -133,9 +142,14 @@ class _Writer:
             have[typ] = name
             return name
         new = self.fresh(f"{name}_{TYPE_NAMES[typ]}")
-        self.new_inits.append(numpy_helper.from_array(arr.astype(np.float16 if typ == F16 else np.float32), new))
+        self.new_inits.append(numpy_helper.from_array(_as(arr, typ), new))
         have[typ] = new
         return new
+
+    def scale_past_fp16(self, name: str) -> bool:
+        """Whether the Q/DQ scale initializer `name` holds a value past FP16's largest (65504)."""
+        arr = numpy_helper.to_array(self.inits[name])
+        return bool(arr.size) and float(np.max(np.abs(arr))) > _F16_MAX
 
     def get(self, name: str, typ: int) -> str:
         """`name` in type `typ`: itself, an initializer copy, or a Cast (made once, right here)."""
@@ -246,8 +260,13 @@ def to_fp16(qdq: onnx.ModelProto, keep: dict[str, str] | None = None, io_type: s
         if n.op_type == "QuantizeLinear":
             typ = q_type(n)
             is_weight = n.input[0] in w.inits
+            if w.scale_past_fp16(n.input[1]):  # the pair stays FP32 with the cache's own scale
+                typ = F32
+                w.past_fp16.add(n.input[0])
+                s = w.init_as(n.input[1], F32)
+            else:
+                s = w.init_as(n.input[1], typ, "weight" if is_weight else "act")
             x = w.get(n.input[0], typ)
-            s = w.init_as(n.input[1], typ, "weight" if is_weight else "act")
             if numpy_helper.to_array(w.inits[n.input[1]]).min() < _F16_MIN_NORMAL:
                 subnormal.append(n.input[0])
             q = onnx.NodeProto()
@@ -282,7 +301,7 @@ def to_fp16(qdq: onnx.ModelProto, keep: dict[str, str] | None = None, io_type: s
         for a in node.attribute:
             if a.name == "value" and a.type == onnx.AttributeProto.TENSOR and a.t.data_type in FLOATS:
                 arr = numpy_helper.to_array(a.t)
-                a.t.CopyFrom(numpy_helper.from_array(arr.astype(np.float16 if typ == F16 else np.float32), a.t.name))
+                a.t.CopyFrom(numpy_helper.from_array(_as(arr, typ), a.t.name))
         w.nodes.append(node)
         for k, t in enumerate(n.output):
             if not is_float(t):
@@ -327,6 +346,10 @@ def to_fp16(qdq: onnx.ModelProto, keep: dict[str, str] | None = None, io_type: s
     del g.output[:]
     g.output.extend(outputs)
     mark_opset(m)
+    if w.past_fp16:
+        log.warning("%d Q/DQ scales past FP16's largest value (%g) stay FP32, their Q/DQ pairs FP32: %s",
+                    len(w.past_fp16), _F16_MAX, ", ".join(sorted(w.past_fp16)[:5])
+                    + (f" and {len(w.past_fp16) - 5} more" if len(w.past_fp16) > 5 else ""))
     if subnormal:
         log.warning("%d Q/DQ scales below FP16's smallest normal (%.3g) lose precision in FP16: %s",
                     len(set(subnormal)), _F16_MIN_NORMAL, ", ".join(sorted(set(subnormal))[:5]))
@@ -350,7 +373,11 @@ def _dq(w: _Writer, dq, typ: int) -> str:
         return have[typ]
     x = dq.input[0]  # a Q's output or an INT8 weight initializer
     is_weight = x in w.weight_q or x in w.inits
-    scale = w.init_as(dq.input[1], typ, "weight" if is_weight else "act")
+    if w.scale_past_fp16(dq.input[1]) and typ != F32:  # an FP32 pair; an FP16 reader reads it through a Cast
+        _dq(w, dq, F32)
+        return w.get(dq.output[0], typ)
+    scale = w.init_as(dq.input[1], typ, None if w.scale_past_fp16(dq.input[1]) else
+                      "weight" if is_weight else "act")
     node = onnx.NodeProto()
     node.CopyFrom(dq)
     node.input[1] = scale

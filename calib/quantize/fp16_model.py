@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -57,11 +58,28 @@ def make_fp16_model(model: onnx.ModelProto, amax: dict, ranges: dict | None = No
     q = insert_qdq(m19, amax, exclude, int8_weights=int8_weights, label=label, stem_output=stem_output)
     if ranges is None:
         ranges, ranges_from = dict(amax), ranges_from or "the cache's amax (clipped by its calibrator: a lower bound)"
+    else:
+        ranges = at_least(ranges, amax)
     kept = fp32_layers(q, ranges, ranges_from or "the calibration pass", tail=tail)
+    if io_type == "fp16":
+        _warn_io_past_fp16(q, ranges, label)
     res: Fp16Result = to_fp16(q, {k.node: f"{k.rule}: {k.reason}" for k in kept}, io_type)
     check(res.model, label, q)
     fixed = {n: why for n, why in res.fp32_nodes.items() if n not in {k.node for k in kept}}
     return Fp16Model(res.model, kept, fixed, res.casts, ranges_from or "the calibration pass")
+
+
+FP16_MAX = 65504.0
+
+
+def _warn_io_past_fp16(model: onnx.ModelProto, ranges: dict, label: str | None) -> None:
+    """One warning naming the float inputs and outputs whose range FP16 cannot hold: with io_type fp16 they would
+    read or return inf."""
+    io = [v.name for v in (*model.graph.input, *model.graph.output)]
+    over = [f"'{t}' reaches {ranges[t]:.3g}" for t in dict.fromkeys(io) if ranges.get(t, 0.0) > FP16_MAX]
+    if over:
+        log.warning("%s: --io-type fp16 (io_type): %s, past FP16's largest value (65504): it would read inf there; "
+                    "keep the inputs and outputs fp32", label or "model", ", ".join(over))
 
 
 def check(model: onnx.ModelProto, label: str | None = None, source: onnx.ModelProto | None = None) -> None:
@@ -90,15 +108,39 @@ def check(model: onnx.ModelProto, label: str | None = None, source: onnx.ModelPr
         raise CalibError(f"{label or 'model'}: the FP16+INT8 model fails ONNX's type checks: {first(exc)}") from None
 
 
-def read_ranges(path: str | Path) -> dict:
-    """ranges.json as `calib run` writes it: {"absmax": {tensor: value}} (or a plain {tensor: value})."""
+def read_ranges(path: str | Path, model: onnx.ModelProto | None = None, label: str = "the model") -> dict:
+    """ranges.json as `calib run` writes it: {"absmax": {tensor: value}} (or a plain {tensor: value}). Every value a
+    finite number >= 0 (not true/false), and, given the `model`, at least one tensor of it named: a CalibError
+    naming the file and the tensor otherwise."""
     from calib.io.reading import read_json
 
     data = read_json(path, 256 << 20, "--ranges file")
     table = data.get("absmax", data) if isinstance(data, dict) else None
-    if not isinstance(table, dict) or not all(isinstance(v, (int, float)) for v in table.values()):
+    if not isinstance(table, dict):
         raise CalibError(f"{path}: --ranges: expected {{\"absmax\": {{tensor: number}}}} as calib run writes it")
-    return {str(k): float(v) for k, v in table.items()}
+    for k, v in table.items():
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise CalibError(f"{path}: --ranges: tensor '{k}': {json.dumps(v)[:40]} is not a number (expected "
+                             "{\"absmax\": {tensor: number}} as calib run writes it)")
+        if not math.isfinite(v) or v < 0:
+            raise CalibError(f"{path}: --ranges: tensor '{k}': {v!r} is not an absolute maximum (a finite number "
+                             ">= 0)")
+    out = {str(k): float(v) for k, v in table.items()}
+    if model is not None:
+        names = {i.name for i in model.graph.input} | {o for n in model.graph.node for o in n.output}
+        if not names & set(out):
+            raise CalibError(f"{path}: --ranges names none of the tensors of {label} ({len(out)} entries): the "
+                             "ranges of another model?")
+    return out
+
+
+def at_least(ranges: dict, amax: dict) -> dict:
+    """`ranges` raised to the cache's own amax where that is larger, and the amax where ranges lack a tensor: a
+    range below what the cache itself says would send a layer the cache shows past FP16 to FP16."""
+    out = dict(ranges)
+    for t, a in amax.items():
+        out[t] = max(out.get(t, 0.0), float(a))
+    return out
 
 
 def ranges_json(absmax: dict, samples: int) -> str:

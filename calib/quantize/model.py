@@ -38,10 +38,36 @@ def load_model(path: str | Path) -> onnx.ModelProto:
         raise ModelError(f"{path}: not a readable ONNX model ({exc.__class__.__name__}: {exc})") from None
     if not model.HasField("graph") or not (model.graph.node or model.graph.input):
         raise ModelError(f"{path}: not an ONNX model (no graph; protobuf reads almost any bytes as a message)")
-    return model
+    return initializers_not_inputs(model)
 
 
 QDQ_OPS = ("QuantizeLinear", "DequantizeLinear")
+
+
+def initializers_not_inputs(model: onnx.ModelProto) -> onnx.ModelProto:
+    """`model` itself, or for IR < 4 (where every initializer is listed as a graph input too, and ONNX Runtime
+    feeds only the others) a copy whose graph inputs are the real ones, at the IR version its opsets need (at
+    least 4): its initializers are weights, never data to feed, and what calib writes from it passes ONNX's
+    checker (IR 3 wants every initializer, a Q/DQ scale included, among the inputs)."""
+    if model.ir_version >= 4:
+        return model
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    lift_ir_version(m)
+    init = {t.name for t in m.graph.initializer}
+    keep = [i for i in m.graph.input if i.name not in init]
+    del m.graph.input[:]
+    m.graph.input.extend(keep)
+    return m
+
+
+def lift_ir_version(model: onnx.ModelProto) -> None:
+    """Raise `model`'s IR version to what its opsets need (the version converter leaves an old one)."""
+    try:
+        need = onnx.helper.find_min_ir_version_for(list(model.opset_import), ignore_unknown=True)
+    except (TypeError, ValueError):  # an opset version this onnx does not know: left as it is
+        return
+    model.ir_version = max(model.ir_version, need, 4)
 
 
 def check_fp32(model: onnx.ModelProto, label, allow_qdq: bool = False, hint: str = "--allow-qdq") -> None:

@@ -19,6 +19,7 @@ import onnx
 from onnx import version_converter
 
 from calib.errors import ModelError
+from calib.quantize.model import initializers_not_inputs, lift_ir_version
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +74,7 @@ def at_qdq_opset(model: onnx.ModelProto, label: str | None = None, target: int =
     original's tensor and node names.
 
     A ModelError names the op that blocks the conversion."""
+    model = initializers_not_inputs(model)
     opset = model_opset(model)
     if opset >= target:
         return model
@@ -88,6 +90,7 @@ def at_qdq_opset(model: onnx.ModelProto, label: str | None = None, target: int =
     except Exception as exc:  # the C++ converter raises RuntimeError / ValidationError
         raise _refusal(model, label, _blocking_op(model, exc), target) from None
     _restore_names(named.graph, converted.graph, temp)
+    lift_ir_version(converted)
     _check_names(model, converted, label)
     if not any(p.key == SOURCE_OPSET_KEY for p in converted.metadata_props):
         converted.metadata_props.add(key=SOURCE_OPSET_KEY, value=str(opset))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -17,6 +18,9 @@ log = logging.getLogger(__name__)
 
 _BYTES = {onnx.TensorProto.FLOAT: 4, onnx.TensorProto.FLOAT16: 2, onnx.TensorProto.BFLOAT16: 2,
           onnx.TensorProto.DOUBLE: 8}
+
+
+MAX_DIM = (1 << 63) - 1  # ONNX stores a dimension as an int64
 
 
 def _known(d) -> bool:
@@ -44,6 +48,8 @@ def fix_input_shapes(info: ModelInfo, shapes: Mapping[str, Sequence[int]], where
                              f"({dims_text(have)}), {len(want)} given")
         if any(d < 1 for d in want):
             raise ModelError(f"{where} {name}={dims_text(want)}: every dimension must be >= 1")
+        if any(d > MAX_DIM for d in want):
+            raise ModelError(f"{where} {name}={dims_text(want)}: a dimension past {MAX_DIM} (ONNX's int64 limit)")
         for i, (h, w) in enumerate(zip(have, want)):
             if _known(h) and h != w:
                 raise ModelError(f"{where} {name}={dims_text(want)}: dimension {i} of input '{name}' is fixed at "
@@ -86,8 +92,7 @@ def _sizes(model: onnx.ModelProto, info: ModelInfo, dims: Mapping[str, tuple] | 
     for vi in list(g.input) + list(g.value_info) + list(g.output):
         t = vi.type.tensor_type
         if t.HasField("shape") and all(d.HasField("dim_value") and d.dim_value > 0 for d in t.shape.dim):
-            sizes[vi.name] = int(np.prod([d.dim_value for d in t.shape.dim], dtype=np.int64)) * \
-                _BYTES.get(t.elem_type, 4)
+            sizes[vi.name] = math.prod(int(d.dim_value) for d in t.shape.dim) * _BYTES.get(t.elem_type, 4)
     first = {n: d[0] if d else 1 for n, d in at.items()}
     return sizes, max(first.values()) if first else 1
 

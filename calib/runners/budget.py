@@ -14,9 +14,9 @@ about 1.5x that per sample of a run, FP32 and four INT8 simulations (81 MB a sam
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass
 
-import numpy as np
 import onnx
 
 from calib.io.memory import MB, Budget, rss_mb, size_text
@@ -77,7 +77,7 @@ def input_bytes(info: ModelInfo, batch: dict | None = None) -> int:
     """Bytes of one sample's inputs: from `batch` where given, else from the model's (known) input sizes."""
     if batch is not None:
         return sum(v[:1].nbytes for v in batch.values())
-    return sum(int(np.prod([d or 1 for d in dims[1:]])) * _ITEMSIZE.get(et, 4) for _, dims, et in info.inputs)
+    return sum(math.prod(int(d or 1) for d in dims[1:]) * _ITEMSIZE.get(et, 4) for _, dims, et in info.inputs)
 
 
 def describe(info: ModelInfo, batch: dict | None = None) -> str:

@@ -15,12 +15,13 @@ from calib.data.sources import make_source
 from calib.errors import CalibError
 from calib.evaluate.postprocess import load as load_hook
 from calib.evaluate.report import _png
-from calib.io.files import atomic_write_bytes, atomic_write_json, atomic_write_text, read_bounded, sha256_file
+from calib.io.files import atomic_write_bytes, atomic_write_json, atomic_write_text, sha256_file
 from calib.io.manifest import record, replaceable
 from calib.io.memory import Budget, parse_size
+from calib.io.reading import read_json
 from calib.pipeline import staged
 from calib.quantize.cache import Sidecar, write_cache, write_sidecar
-from calib.quantize.model import inspect_model
+from calib.quantize.model import initializers_not_inputs, inspect_model
 from calib.quantize.qdq import Exclusions, insert_qdq, quantizable_layers
 from calib.quantize.shapes import fix_input_shapes
 from calib.recipe import Recipe, input_paths
@@ -151,7 +152,7 @@ def _cached_search(out: Path, key: str) -> dict | None:
     if not p.is_file():
         return None
     try:
-        got = json.loads(read_bounded(p, 256 << 20, "search cache"))
+        got = read_json(p, 256 << 20, "search cache")  # bounded in size and nesting, as every input
     except (OSError, ValueError, CalibError) as exc:
         log.warning("%s: unreadable (%s); searching again", p, exc)
         return None
@@ -205,7 +206,7 @@ def _sensitivity(recipe: Recipe, stage: Path, out: Path) -> None:
         n += len(boxes)
         if n >= spec.samples:
             break
-    model = onnx.load(str(model_path))
+    model = initializers_not_inputs(onnx.load(str(model_path)))
     scorer = Scorer(model, amax, batches, spec.metric, recipe.evaluation.detection, hook)
     layers = quantizable_layers(model)
     target = budget_target(spec.metric, scorer.fp32_score, spec.max_drop, spec.min_sqnr_db)

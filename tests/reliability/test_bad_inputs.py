@@ -33,6 +33,14 @@ def no_files(folder: Path):
     return not folder.exists() or not [p for p in folder.rglob("*") if p.is_file()]
 
 
+def snapshot(folder: Path, skip=()) -> dict:
+    """Every path under `folder` (but those under `skip`, calib's outputs) with its bytes: a user's folders must
+    come out of a failed command byte-for-byte as they went in, with no file added (a __pycache__ included)."""
+    skip = [Path(s) for s in skip]
+    return {str(p.relative_to(folder)): (p.read_bytes() if p.is_file() else None) for p in sorted(folder.rglob("*"))
+            if not any(p == s or s in p.parents for s in skip)}
+
+
 @pytest.fixture
 def workdir(tmp_path):
     conv_relu_gap(tmp_path / "tiny.onnx")

@@ -167,3 +167,31 @@ def test_depth_limit_is_exact(tmp_path):
     wide = tmp_path / "wide.json"
     wide.write_text(json.dumps({"a": [[1]] * 10000}))
     assert len(read_json(wide, 1 << 20)["a"]) == 10000
+
+
+@pytest.mark.parametrize("content", [b"[" * 100_000 + b"]" * 100_000, b'{"a":' * 100_000 + b"1" + b"}" * 100_000,
+                                     b"[" * 1000 + b"]" * 1000, b"[" * 100_000])
+def test_deep_search_cache_is_read_through_the_bounded_reader(tmp_path, content, caplog):
+    from calib.search.sensitivity import SEARCH_CACHE, _cached_search
+
+    (tmp_path / SEARCH_CACHE).write_bytes(content)
+    assert _cached_search(tmp_path, "k") is None
+    assert any(SEARCH_CACHE in r.getMessage() for r in caplog.records)
+
+
+def test_deep_search_cache_in_the_sensitivity_folder(tmp_path):
+    """A search-cache.json nested 100,000 deep in the output folder gave a RecursionError traceback."""
+    from reliability.test_bad_inputs import TINY, snapshot
+
+    conv_relu_gap(tmp_path / "tiny.onnx")
+    np.save(tmp_path / "x.npy", np.random.default_rng(0).random((8, 3, 8, 8), dtype=np.float32))
+    (tmp_path / "r.yaml").write_text(TINY.format(kind="npy", path="x.npy").replace(
+        "preprocess: {resize: [8, 8], mode: exact}\n", "") + "sensitivity: {samples: 4}\n")
+    r = invoke("--quiet", "sensitivity", tmp_path / "r.yaml")
+    assert r.exit_code == 0, r.output
+    cache = tmp_path / "out" / "sensitivity" / "search-cache.json"
+    cache.write_bytes(b"[" * 100_000 + b"]" * 100_000)
+    before = snapshot(tmp_path)
+    r = invoke("--quiet", "sensitivity", tmp_path / "r.yaml")
+    one_line_failure(r, "search-cache.json")
+    assert r.exit_code == 2 and "Recursion" not in r.output and snapshot(tmp_path) == before

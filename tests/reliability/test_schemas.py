@@ -107,6 +107,35 @@ def test_yolo_bad_rows_name_file_and_line(yolo, rows, needle):
         yolo_samples(yolo)
 
 
+@pytest.mark.parametrize("row", ["0 20.5 -19.5 40 40", "0 20.5 19.5 40 40", "0 320 240 64 48", "0 0.5 0.5 1.2 0.2",
+                                 "0 -0.5 0.5 0.2 0.2", "0 0.5 1.02 0.2 0.2", "0 0.5 0.5 0.2 1.5"])
+def test_yolo_rows_in_pixels_are_refused_naming_file_and_line(yolo, tmp_path, row):
+    """Coordinates far outside 0..1 (pixel coordinates) were accepted and scored."""
+    from reliability.test_bad_inputs import snapshot
+
+    (yolo / "labels" / "a.txt").write_text(f"1 0.5 0.5 0.2 0.2\n{row}\n")
+    with pytest.raises(DataError, match="a.txt: line 2: "):
+        yolo_samples(yolo)
+    conv_relu_gap(tmp_path / "m.onnx")
+    before = snapshot(tmp_path)
+    for command in ("calibrate", "evaluate"):
+        args = ["--cache", tmp_path / "c.cache"] if command == "evaluate" else ["--algo", "minmax"]
+        if command == "evaluate":
+            (tmp_path / "c.cache").write_text("TRT-8600-EntropyCalibration2\n" + "".join(
+                f"{t}: 3c810204\n" for t in ("input", "conv1", "relu1", "pool1", "conv2", "add1", "gap", "flat",
+                                              "logits")))
+            before = snapshot(tmp_path)
+        r = invoke("--quiet", command, tmp_path / "m.onnx", "--data", yolo, "--resize", "8x8", "--preprocess", "unit",
+                   *args, "--out", tmp_path / "out")
+        one_line_failure(r, "a.txt", "line 2", "0 to 1")
+        assert r.exit_code == 2 and no_files(tmp_path / "out") and snapshot(tmp_path, [tmp_path / "out"]) == before
+
+
+def test_yolo_rows_a_little_past_the_edge_are_read(yolo):
+    (yolo / "labels" / "a.txt").write_text("0 1.005 0.5 0.2 0.2\n1 0.5 -0.004 1.0 1.008\n")
+    assert yolo_samples(yolo)[0].classes.tolist() == [0, 1]
+
+
 def test_yolo_good_rows(yolo):
     (yolo / "labels" / "a.txt").write_text("3 0.5 0.5 0.25 0.5\n\n2.0 0.25 0.25 0.5 0.5\n")
     s = yolo_samples(yolo)[0]
