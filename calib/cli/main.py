@@ -10,7 +10,7 @@ import click
 from calib.cli.cache import cache
 from calib.cli.common import cache_checks as _cache_checks
 from calib.cli.common import handled as _handled
-from calib.cli.data import CLI_NAMES, data_options, make_cli_source, model_options, with_data
+from calib.cli.data import CLI_NAMES, data_options, feed_options, make_cli_source, model_options, with_data
 from calib.cli.data import input_shapes as parse_shapes
 from calib.cli.data import memory_budget as parse_budget
 from calib.cli.zoo import zoo
@@ -94,7 +94,7 @@ def sensitivity(ctx, recipe, out, overrides):
 @_handled
 @with_data
 def calibrate(model, data_args, algo, batch_size, percentile, trt_version, carrier, equalize, skip_nonfinite,
-              allow_qdq, input_shapes, memory_budget, out):
+              allow_qdq, input_shapes, batch_axes, consts, memory_budget, out):
     """Calibrate MODEL on --data in one pass; write OUT/<algo>.cache and OUT/<algo>.json per algorithm."""
     from calib.algorithms import registry
     from calib.stats import warmup
@@ -111,11 +111,13 @@ def calibrate(model, data_args, algo, batch_size, percentile, trt_version, carri
 
     shapes, budget = parse_shapes(input_shapes), parse_budget(memory_budget)
     info = fix_input_shapes(inspect_model(model), shapes, "--input-shape")
-    data = make_cli_source(data_args, info, batch_size)
+    info, const_values = feed_options(model, info, batch_axes, consts)
+    data = make_cli_source(data_args, info, batch_size, consts=const_values)
     res = run_calibration(model, data, algos, {"percentile": {"percentile": percentile}}, batch_size,
                           "none", out, trt_version, carrier, skip_nonfinite=skip_nonfinite, equalize=equalize,
                           give_back=False, allow_qdq=allow_qdq,  # the process ends after writing the caches
-                          input_shapes=shapes, memory_budget=budget, option_names=CLI_NAMES)
+                          input_shapes=shapes, memory_budget=budget, option_names=CLI_NAMES,
+                          batch_axes=dict(info.layout.inputs + info.layout.outputs), consts=const_values)
     if res.equalized:
         click.echo(f"{Path(out) / res.equalized['file']}  ({res.equalized['equalized']} of {res.equalized['pairs']} "
                    "Conv pairs equalized)")
@@ -167,7 +169,7 @@ def calibrate(model, data_args, algo, batch_size, percentile, trt_version, carri
 @with_data
 def evaluate(model, caches, data_args, batch_size, task, head, postprocess, ignore_hash, allow_unknown, exclude,
              layerwise, ignore_sidecar, allow_partial, deploy, engine_layers, allow_qdq, float_type, input_shapes,
-             memory_budget, out):
+             batch_axes, consts, memory_budget, out):
     """Compare MODEL in FP32 with its INT8 simulation under each --cache; write a report to OUT."""
     from calib.evaluate.api import evaluate as run_eval
     from calib.evaluate.report import ship_line, summary, write_reports
@@ -198,6 +200,7 @@ def evaluate(model, caches, data_args, batch_size, task, head, postprocess, igno
                    "this one compares the outputs only", err=True)
     shapes, budget = parse_shapes(input_shapes), parse_budget(memory_budget)
     info = fix_input_shapes(inspect_model(model, proto), shapes, "--input-shape")
+    info, const_values = feed_options(proto, info, batch_axes, consts)
     ex = check_exclusions(proto, exclude, model)
     float_layers = excluded_layers(proto, ex)
     del proto
@@ -208,7 +211,7 @@ def evaluate(model, caches, data_args, batch_size, task, head, postprocess, igno
         name = Path(c).stem
         configs[name if name not in configs else c] = cf.amaxes()
         calib_samples.add((side or {}).get("samples"))
-    src = make_cli_source(data_args, info, batch_size)
+    src = make_cli_source(data_args, info, batch_size, consts=const_values)
     detection = DetectionSpec(format=found) if found else DetectionSpec()
     pm = deployed_precision(model, deploy, engine_layers, "--engine-layers")
     engines, fp16 = {}, []
@@ -218,7 +221,8 @@ def evaluate(model, caches, data_args, batch_size, task, head, postprocess, igno
         engines, fp16 = fp16_engines(load_model(model), configs, ex, model)
     res = run_eval(model, configs, src, task, detection, exclude={n: ex for n in configs}, layerwise=layerwise,
                    precision={n: pm for n in configs}, memory_budget=budget, input_shapes=shapes,
-                   option_names=CLI_NAMES, postprocess=hook, engines=engines)
+                   option_names=CLI_NAMES, postprocess=hook, engines=engines,
+                   batch_axes=dict(info.layout.inputs + info.layout.outputs), consts=const_values)
     report = {"recipe": Path(model).stem, "model": str(model), "model_sha256": info.sha256,
               "calibration": {"samples": calib_samples.pop() if len(calib_samples) == 1 else None},
               "evaluation": {"samples": res["samples"], "configs": res["configs"]},
@@ -233,6 +237,8 @@ def evaluate(model, caches, data_args, batch_size, task, head, postprocess, igno
                                "--ignore-sidecar": ignore_sidecar, "--allow-partial": allow_partial,
                                "--no-layerwise": not layerwise, "--allow-qdq": allow_qdq},
                               [a for s in input_shapes for a in ("--input-shape", s)]
+                              + [a for s in batch_axes for a in ("--batch-axis", s)]
+                              + [a for s in consts for a in ("--const", s)]
                               + (["--memory-budget", memory_budget] if memory_budget != "2GB" else [])
                               + (["--float-type", float_type] if float_type != "fp32" else []))}
     from calib.quantize.cache import sidecar_path

@@ -53,7 +53,8 @@ def _batches(source):
 def evaluate(model, caches: dict, source, task: str = "outputs", detection: DetectionSpec = DetectionSpec(),
              exclude: dict | None = None, layerwise: bool = True, engines: dict | None = None,
              checks=None, batch_size: int = 8, precision: dict | None = None, memory_budget: Budget | None = None,
-             input_shapes: dict | None = None, option_names=None, postprocess=None) -> dict:
+             input_shapes: dict | None = None, option_names=None, postprocess=None, batch_axes: dict | None = None,
+             consts: dict | None = None, metric=None) -> dict:
     """Compare FP32 with INT8 simulations, one per entry of `caches` (name -> cache path or {tensor: amax}), and
     with `engines` (name -> a runner of the same model, e.g. a TensorRT engine; compared on the outputs).
     Cache paths are checked like the CLI's (`checks`: a calib.quantize.cachecheck.CacheChecks for its override flags).
@@ -69,7 +70,10 @@ def evaluate(model, caches: dict, source, task: str = "outputs", detection: Dete
     maps recipe keys to the flags the user typed, for the messages.
     `postprocess`: FILE.py:FUNCTION (or a loaded calib.evaluate.postprocess.Hook) turning a batch of outputs into
     detections or class scores; the task is then what it returns (`task` outputs), or must be."""
+    from calib.calibrate import check_batch
     from calib.data.arrays import as_source
+    from calib.runners.feed import fed
+    from calib.data.feeding import laid_out
 
     hook = load_hook(postprocess) if isinstance(postprocess, str) else postprocess
     if hook is None:
@@ -77,9 +81,10 @@ def evaluate(model, caches: dict, source, task: str = "outputs", detection: Dete
     elif task not in ("outputs", "classification", "detection"):
         raise DataError(f"{hook.label}: a postprocess hook gives detections or class scores, not task '{task}'")
     info = fix_input_shapes(inspect_model(model), input_shapes or {}, called("input_shapes", option_names))
-    source = as_source(source, info.inputs, batch_size)
+    info = laid_out(model, info, batch_axes, consts, called("inputs.batch_axis", option_names))
+    source = as_source(source, info, batch_size, consts=consts, option_names=option_names)
     configs = _configs(caches, info, checks)
-    engines = dict(engines or {})
+    engines = {n: fed(r, info.layout) for n, r in (engines or {}).items()}
     clash = set(engines) & set(configs)
     if clash:
         raise DataError(f"configuration name '{sorted(clash)[0]}' is both a cache and an engine")
@@ -105,6 +110,8 @@ def evaluate(model, caches: dict, source, task: str = "outputs", detection: Dete
                 runs = evaluation_samples(model, info, budget, read, fixed, 1 + len(configs), batch, layerwise,
                                           switch)
                 sim.micro_batch = runs
+            if n == 0:
+                check_batch(batch, info, getattr(source, "label", "evaluation data"), option_names)
             gs = [group_of(s, n + j) for j, s in enumerate(samples)]
             groups += gs
             labelled_groups += [g for s, g in zip(samples, gs) if _labelled(s)]

@@ -15,6 +15,7 @@ def add_fp16_rows(result: dict, algo: str, qdq: onnx.ModelProto, fp16: onnx.Mode
     from calib.deploy.emulate import Fp16Runner
     from calib.evaluate.api import evaluate
     from calib.io.memory import release
+    from calib.recipe import feeding
 
     release()  # the first evaluation's sessions and copies: handed back before the budget counts what is held
     names = [f"{algo} qdq", f"{algo} qdq-fp16"]
@@ -23,7 +24,7 @@ def add_fp16_rows(result: dict, algo: str, qdq: onnx.ModelProto, fp16: onnx.Mode
     release()
     res = evaluate(model_path, {}, source, recipe.evaluation.task, recipe.evaluation.detection, layerwise=False,
                    engines=engines, memory_budget=budget, input_shapes=recipe.input_shapes, postprocess=hook,
-                   batch_size=recipe.evaluation.batch_size)
+                   batch_size=recipe.evaluation.batch_size, batch_axes=feeding(recipe)[0], consts=feeding(recipe)[1])
     for n in names:
         result["configs"][n] = res["configs"][n]
     return names
