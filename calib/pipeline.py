@@ -131,6 +131,28 @@ def check_qdq_weights(path, accept: bool, option: str) -> None:
     log.info("%s: %s", path, cov.describe())
 
 
+def evaluation_hooks(recipe: Recipe):
+    """(postprocess hook or the built-in CTC head, the user's metric) of the recipe's evaluation."""
+    ev, where = recipe.evaluation, recipe.source
+    hook = load_hook(ev.postprocess, f"{where}: evaluation.postprocess") if ev.postprocess else None
+    if ev.charset and hook is not None:
+        raise RecipeError(f"{where}: evaluation.charset: the built-in CTC head decodes the outputs; give it or "
+                          "evaluation.postprocess, not both")
+    if ev.charset:
+        if ev.task not in ("text", "outputs"):
+            raise RecipeError(f"{where}: evaluation.charset: the CTC head gives strings (evaluation.task: text), not "
+                              f"task {ev.task}")
+        from calib.evaluate.scores.ctc import CtcHead
+
+        hook = CtcHead(ev.charset, flag=f"{where}: evaluation.charset")
+    user = None
+    if ev.metric:
+        from calib.evaluate.scores.user import load_metric
+
+        user = load_metric(ev.metric, f"{where}: evaluation.metric")
+    return hook, user
+
+
 def _run(recipe: Recipe, stage: Path, final: Path | None = None) -> None:
     t0 = time.perf_counter()
     model_path = original = resolve(recipe.model)
@@ -150,8 +172,7 @@ def _run(recipe: Recipe, stage: Path, final: Path | None = None) -> None:
     c = recipe.calibration
     check_backend(recipe, model_path)
     task = recipe.evaluation.task
-    hook = load_hook(recipe.evaluation.postprocess, f"{recipe.source}: evaluation.postprocess") \
-        if recipe.evaluation.postprocess else None  # a missing function or a failing file: before the pass
+    hook, user = evaluation_hooks(recipe)  # a missing function or a failing file: before the pass
     if hook is None:
         check_task(model_path, task, recipe.evaluation.detection.format if task == "detection" else None,
                    "evaluation.task", f"{recipe.source}: model {model_path}", "evaluation.detection.format")
@@ -212,7 +233,8 @@ def _run(recipe: Recipe, stage: Path, final: Path | None = None) -> None:
     try:
         result = evaluate(model_path, configs, esrc, recipe.evaluation.task, recipe.evaluation.detection,
                           exclude=exclude, engines=engines, precision=precision, memory_budget=budget,
-                          input_shapes=recipe.input_shapes, postprocess=hook, batch_axes=batch_axes, consts=consts)
+                          input_shapes=recipe.input_shapes, postprocess=hook, batch_axes=batch_axes, consts=consts,
+                          metric=user)
         if es is not None:
             trt_engines.time_engines(es, make_source(espec, recipe.preprocess, inputs, recipe.backend.batch_size, consts=consts),
                                      recipe.backend.batch_size)
@@ -242,7 +264,7 @@ def _run(recipe: Recipe, stage: Path, final: Path | None = None) -> None:
             fp16["rows"] = add_fp16_rows(result, best, q, fp16.pop("evaluate"), model_path,
                                          make_source(espec, recipe.preprocess, inputs, recipe.evaluation.batch_size,
                                                      consts=consts),
-                                         recipe, budget, hook)
+                                         recipe, budget, hook, user)
             summ = summary(result, candidates=list(c.algorithms))  # the same decision, with the two rows
     files += [f for f in (qdq_name, "report.json", "report.md", "report.html", "run.log") if f not in files]
     report = {"recipe": recipe.name, "recipe_file": recipe.source, "calib_version": __version__,

@@ -113,7 +113,7 @@ class DetectionSpec:
 @dataclass(frozen=True)
 class EvaluationSpec:
     task: str = field(default="outputs",
-                      metadata={"choices": ("classification", "detection", "outputs", "embedding")})
+                      metadata={"choices": ("classification", "detection", "outputs", "embedding", "text")})
     batch_size: int = field(default=8, metadata=POSITIVE)
     detection: DetectionSpec = DetectionSpec()
     histograms: int = field(default=6, metadata=NON_NEGATIVE)  # tensors with a histogram plot in the report
@@ -124,6 +124,10 @@ class EvaluationSpec:
     engine_layers: str | None = field(default=None, metadata=PATH)
     # FILE.py:FUNCTION turning a batch of outputs into detections or class scores (calib.evaluate.postprocess)
     postprocess: str | None = field(default=None, metadata={"hook": True})
+    # task text without a postprocess: the built-in CTC head (greedy, blank 0) with this charset, one per line
+    charset: str | None = field(default=None, metadata=PATH)
+    # FILE.py:FUNCTION(fp32_outputs, int8_outputs) -> one score per sample, higher is better (ranks the caches)
+    metric: str | None = field(default=None, metadata={"hook": True})
 
 
 @dataclass(frozen=True)

@@ -137,15 +137,22 @@ def calibrate(model, data_args, algo, batch_size, percentile, trt_version, carri
 @data_options()
 @click.option("--batch-size", default=8, show_default=True, type=click.IntRange(1))
 @click.option("--task", default="outputs", show_default=True,
-              type=click.Choice(["outputs", "classification", "detection", "embedding"]),
+              type=click.Choice(["outputs", "classification", "detection", "embedding", "text"]),
               help="classification: top-1/top-5 agreement (and accuracy with class subfolders); detection: mAP "
-                   "against FP32's detections (and the labels of a COCO/YOLO set); refused where the model's "
-                   "outputs do not fit.")
+                   "against FP32's detections (and the labels of a COCO/YOLO set); embedding: cosine per sample; "
+                   "text: exact match and character error rate against FP32's strings (--head ctc or a "
+                   "--postprocess returning strings); refused where the model's outputs do not fit.")
 @click.option("--head", default="auto", show_default=True,
-              type=click.Choice(["auto", "boxes-scores", "yolov5", "yolox", "yolov8", "yolov3"]),
+              type=click.Choice(["auto", "boxes-scores", "yolov5", "yolox", "yolov8", "yolov3", "ctc"]),
               help="Decoder of a detector's outputs (implies --task detection): boxes-scores ([N, A, 4] + [N, A, C]), "
                    "yolov5 ([N, A, 5 + C], boxes in pixels), yolox ([N, A, 5 + C] raw grid, strides 8/16/32), "
-                   "yolov8 ([N, 4 + C, A]); auto: the one the output shapes fit.")
+                   "yolov8 ([N, 4 + C, A]); auto: the one the output shapes fit. ctc: a text recognizer's [N, T, C] "
+                   "scores, greedy decoding with blank 0 and --charset (implies --task text).")
+@click.option("--charset", type=click.Path(dir_okay=False),
+              help="With --head ctc: the characters of classes 1, 2, ... one per line (implies --head ctc).")
+@click.option("--metric", metavar="FILE.py:FUNCTION",
+              help="Your comparison FUNCTION(fp32_outputs, int8_outputs) -> one score per sample (higher is "
+                   "better; outputs as {name: array [N, ...]}); ranks the caches, reported under FUNCTION's name.")
 @click.option("--postprocess", metavar="FILE.py:FUNCTION",
               help="Your function turning a batch of outputs {name: array} into detections (per image: boxes "
                    "[K, 4] xyxy, scores [K], classes [K]) or class scores [N, C]; the task follows what it returns.")
@@ -167,7 +174,8 @@ def calibrate(model, data_args, algo, batch_size, percentile, trt_version, carri
 @click.option("--out", "-o", required=True, type=click.Path(file_okay=False))
 @_handled
 @with_data
-def evaluate(model, caches, data_args, batch_size, task, head, postprocess, ignore_hash, allow_unknown, exclude,
+def evaluate(model, caches, data_args, batch_size, task, head, charset, metric, postprocess, ignore_hash,
+             allow_unknown, exclude,
              layerwise, ignore_sidecar, allow_partial, deploy, engine_layers, allow_qdq, float_type, input_shapes,
              batch_axes, consts, memory_budget, out):
     """Compare MODEL in FP32 with its INT8 simulation under each --cache; write a report to OUT."""
@@ -184,12 +192,19 @@ def evaluate(model, caches, data_args, batch_size, task, head, postprocess, igno
     from calib.recipe import DetectionSpec
     from calib.stats.histogram import HistogramCollector
 
-    hook = None
+    hook, user = None, None
     if postprocess:
         from calib.evaluate.postprocess import load as load_hook
 
         hook = load_hook(postprocess)  # a missing file or function: one line, before the model is read
-    if head != "auto" and task not in ("outputs", "detection"):
+    if metric:
+        from calib.evaluate.scores.user import load_metric
+
+        user = load_metric(metric)
+    head = "ctc" if charset and head == "auto" else head
+    if head == "ctc":
+        hook, task = _ctc_hook(hook, charset, task), "text"
+    if head not in ("auto", "ctc") and task not in ("outputs", "detection"):
         raise CalibError(f"--head {head} decodes a detector's outputs: it goes with --task detection, not {task}")
     task = "detection" if head != "auto" and task == "outputs" else task
     proto = load_model(model)
@@ -221,7 +236,7 @@ def evaluate(model, caches, data_args, batch_size, task, head, postprocess, igno
         engines, fp16 = fp16_engines(load_model(model), configs, ex, model)
     res = run_eval(model, configs, src, task, detection, exclude={n: ex for n in configs}, layerwise=layerwise,
                    precision={n: pm for n in configs}, memory_budget=budget, input_shapes=shapes,
-                   option_names=CLI_NAMES, postprocess=hook, engines=engines,
+                   option_names=CLI_NAMES, postprocess=hook, engines=engines, metric=user,
                    batch_axes=dict(info.layout.inputs + info.layout.outputs), consts=const_values)
     report = {"recipe": Path(model).stem, "model": str(model), "model_sha256": info.sha256,
               "calibration": {"samples": calib_samples.pop() if len(calib_samples) == 1 else None},
@@ -240,7 +255,8 @@ def evaluate(model, caches, data_args, batch_size, task, head, postprocess, igno
                               + [a for s in batch_axes for a in ("--batch-axis", s)]
                               + [a for s in consts for a in ("--const", s)]
                               + (["--memory-budget", memory_budget] if memory_budget != "2GB" else [])
-                              + (["--float-type", float_type] if float_type != "fp32" else []))}
+                              + (["--float-type", float_type] if float_type != "fp32" else [])
+                              + (["--charset", charset] if charset else []) + (["--metric", metric] if metric else []))}
     from calib.quantize.cache import sidecar_path
 
     if fp16:
@@ -250,6 +266,19 @@ def evaluate(model, caches, data_args, batch_size, task, head, postprocess, igno
     click.echo(ship_line(report))
     click.echo(verdict_line(report))
     click.echo(f"wrote {Path(out) / 'report.html'}")
+
+
+def _ctc_hook(hook, charset, task):
+    """The built-in CTC head for --head ctc / --charset (calib.evaluate.scores.ctc)."""
+    from calib.evaluate.scores.ctc import CtcHead
+
+    if hook is not None:
+        raise CalibError("--head ctc decodes the outputs itself: give it or --postprocess, not both")
+    if not charset:
+        raise CalibError("--head ctc: give --charset FILE, the characters of classes 1, 2, ... one per line")
+    if task not in ("outputs", "text"):
+        raise CalibError(f"--head ctc decodes a text recognizer's outputs: it goes with --task text, not {task}")
+    return CtcHead(charset)
 
 
 def _rerun(model, data_args, batch_size, task, head, postprocess, deploy, engine_layers, flags,
