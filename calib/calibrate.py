@@ -1,6 +1,7 @@
 """One streaming pass of the FP32 model over calibration data, then every requested algorithm."""
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 import time
@@ -14,6 +15,7 @@ from onnx import TensorProto
 
 from calib.algorithms import registry
 from calib.data.arrays import as_source
+from calib.data.feeding import laid_out
 from calib.data.prefetch import prefetch
 from calib.data.rebatch import FixedBatches, rows
 from calib.errors import CalibError, DataError, called
@@ -39,19 +41,30 @@ _NP_OF = {TensorProto.FLOAT: np.float32, TensorProto.FLOAT16: np.float16, Tensor
           TensorProto.INT32: np.int32}
 
 
-def check_batch(batch: dict, info: ModelInfo, label: str) -> None:
-    """Input name, rank, static dims and dtype of a batch against the model, before any pass starts."""
+def check_batch(batch: dict, info: ModelInfo, label: str, option_names=None) -> None:
+    """Input name, rank, static dims and dtype of a (canonical) batch against the model, before any pass starts;
+    an error names the input, what it got, what the model wants and the option that fixes it."""
+    from calib.quantize.layout import fix_hint, shown
+
+    lay = info.layout
     for name, shape, et in info.inputs:
         if name not in batch:
-            raise DataError(f"{label}: no data for model input '{name}' (data gives {sorted(batch)})")
+            raise DataError(f"{label}: no data for model input '{name}' (data gives {sorted(batch)}; "
+                            f"{fix_hint(name, option_names)})")
         x = batch[name]
         want = _NP_OF.get(et)
         if want is not None and x.dtype != want:
             raise DataError(f"{label}: input '{name}' is {x.dtype}, the model wants {np.dtype(want).name}")
         # the batch dimension is not checked: runs follow the model's fixed batch (calib.data.rebatch)
-        if len(shape) != x.ndim or any(d is not None and d > 0 and d != s for d, s in zip(shape[1:], x.shape[1:])):
-            dims = ["?" if d is None or d <= 0 else d for d in shape]
-            raise DataError(f"{label}: input '{name}' has shape {list(x.shape)}, the model wants {dims}")
+        canon = lay.canonical_dims(name, shape)
+        if len(canon) != x.ndim or any(d is not None and d > 0 and d != s for d, s in zip(canon[1:], x.shape[1:])):
+            ax = lay.axis(name)
+            got = lay.model_dims(name, x.shape) if x.ndim == len(canon) else x.shape
+            where = "" if lay.identity else \
+                " (one value for every sample)" if ax is None else f" (samples on axis {ax})"
+            hint = f": {fix_hint(name, option_names)}" if len(info.inputs) > 1 or not lay.identity else ""
+            raise DataError(f"{label}: input '{name}' has shape {list(got)}{where}, the model wants "
+                            f"{shown(shape)}{hint}")
 
 
 @dataclass
@@ -159,6 +172,7 @@ def collect(model_path: str | Path, source, micro_batch: int | None = None, nbin
     match EntropyCalibration2.
     allow_qdq: calibrate a model that holds Q/DQ nodes already (refused by default: it is not an FP32 model)."""
     from calib.runners.budget import pass_samples
+    from calib.runners.feed import fed
     from calib.runners.onnxruntime import OrtRunner
 
     warmup.start()
@@ -185,8 +199,9 @@ def collect(model_path: str | Path, source, micro_batch: int | None = None, nbin
     batches = prefetch(source, each=fingerprint)  # the first batches are read while the session is set up
     try:
         derived = relu_outputs(proto, info) if derive else {}
-        runner = OrtRunner(proto, expose=[n for n in info.activations if n not in derived], spin=False, lean=True,
-                           order_free=blocked, label=str(model_path), model_sha256=info.sha256)
+        runner = fed(OrtRunner(proto, expose=[n for n in info.activations if n not in derived], spin=False,
+                               lean=True, order_free=blocked, label=str(model_path), model_sha256=info.sha256),
+                     info.layout)
     except BaseException:
         batches.close()
         raise
@@ -203,7 +218,7 @@ def collect(model_path: str | Path, source, micro_batch: int | None = None, nbin
     def checked():
         for bi, batch in enumerate(batches):
             if bi == 0:
-                check_batch(batch, info, label)
+                check_batch(batch, info, label, option_names)
             read = rows(batch)
             batch = finite_samples(batch, inputs, source, counts["seen"], label, skip_nonfinite, dropped)
             counts["seen"] += read
@@ -331,7 +346,8 @@ def calibrate(model: str | Path, data, algorithms=ALL_ALGORITHMS, params: dict |
               trt_version: str = "8600", carrier: str = cachefmt.DEFAULT_CARRIER,
               micro_batch: int | None = None, skip_nonfinite: bool = False, equalize: bool = False,
               give_back: bool = True, input_shapes: dict | None = None, memory_budget: Budget | None = None,
-              option_names=None, allow_qdq: bool = False) -> CalibrationResult:
+              option_names=None, allow_qdq: bool = False, batch_axes: dict | None = None,
+              consts: dict | None = None) -> CalibrationResult:
     """Calibrate `model` on `data` (a Source, an ndarray, a dict of arrays per input, or a .npy/.npz path) with
     every algorithm.
 
@@ -342,7 +358,10 @@ def calibrate(model: str | Path, data, algorithms=ALL_ALGORITHMS, params: dict |
     input_shapes: input -> dims fixing dynamic dimensions (like trtexec's --shapes); memory_budget: the peak the
     pass keeps within (default 2 GB; micro_batch overrides its plan); option_names: recipe key -> the flag the user
     typed, for the messages.
-    allow_qdq: calibrate a model that holds Q/DQ nodes already (refused by default)."""
+    allow_qdq: calibrate a model that holds Q/DQ nodes already (refused by default).
+    batch_axes: input or output -> the axis that carries its samples (None: none; default: from the model, see
+    calib.quantize.layout); consts: input -> a value fed with every sample (a number, nested lists, an array or a
+    .npy path; calib.data.feeding)."""
     algorithms = [algorithms] if isinstance(algorithms, str) else list(algorithms)
     if not algorithms:
         raise CalibError("no calibration algorithm given")
@@ -354,9 +373,10 @@ def calibrate(model: str | Path, data, algorithms=ALL_ALGORITHMS, params: dict |
         raise CalibError("equalize writes the equalized model: give an output folder")
     warmup.start()
     info = fix_input_shapes(inspect_model(model), input_shapes or {}, called("input_shapes", option_names))
+    info = laid_out(model, info, batch_axes, consts, called("inputs.batch_axis", option_names))
     label = str(data) if isinstance(data, (str, Path)) else getattr(data, "label", "calibration data")
     inputs = [model] + ([data] if isinstance(data, (str, Path)) else [])  # never replaced in `out`
-    data = as_source(data, info.inputs, batch_size, preprocess)
+    data = as_source(data, info, batch_size, preprocess, consts, option_names)
 
     def run(stage: Path | None) -> CalibrationResult:
         nonlocal model, info
@@ -366,7 +386,8 @@ def calibrate(model: str | Path, data, algorithms=ALL_ALGORITHMS, params: dict |
 
             target = stage / f"{Path(model).stem}.equalized.onnx"
             equalized = equalize_file(model, data, target)
-            model, info = target, fix_input_shapes(inspect_model(target), input_shapes or {})
+            model, info = target, dataclasses.replace(fix_input_shapes(inspect_model(target), input_shapes or {}),
+                                                      layout=info.layout)
         t0 = time.perf_counter()
         dropped: list = []
         info2, stats, samples, fp = collect(model, data, micro_batch=micro_batch, label=label, info=info,

@@ -10,6 +10,7 @@ from pathlib import Path
 import onnx
 
 from calib.calibrate import collect, compute_all, needs_tensorrt_grid
+from calib.data.feeding import laid_out
 from calib.data.sources import make_source
 from calib.deploy.plugins import cut_file
 from calib.errors import RecipeError
@@ -30,7 +31,7 @@ from calib.quantize.model import inspect_model
 from calib.quantize.opset import describe_opset
 from calib.quantize.qdq import insert_qdq
 from calib.quantize.shapes import fix_input_shapes, fixed_batch
-from calib.recipe import Recipe, input_paths
+from calib.recipe import Recipe, feeding, input_paths
 from calib.runners.budget import evaluation_samples
 from calib.version import __version__
 from calib.zoo.registry import resolve
@@ -130,6 +131,28 @@ def check_qdq_weights(path, accept: bool, option: str) -> None:
     log.info("%s: %s", path, cov.describe())
 
 
+def evaluation_hooks(recipe: Recipe):
+    """(postprocess hook or the built-in CTC head, the user's metric) of the recipe's evaluation."""
+    ev, where = recipe.evaluation, recipe.source
+    hook = load_hook(ev.postprocess, f"{where}: evaluation.postprocess") if ev.postprocess else None
+    if ev.charset and hook is not None:
+        raise RecipeError(f"{where}: evaluation.charset: the built-in CTC head decodes the outputs; give it or "
+                          "evaluation.postprocess, not both")
+    if ev.charset:
+        if ev.task not in ("text", "outputs"):
+            raise RecipeError(f"{where}: evaluation.charset: the CTC head gives strings (evaluation.task: text), not "
+                              f"task {ev.task}")
+        from calib.evaluate.scores.ctc import CtcHead
+
+        hook = CtcHead(ev.charset, flag=f"{where}: evaluation.charset")
+    user = None
+    if ev.metric:
+        from calib.evaluate.scores.user import load_metric
+
+        user = load_metric(ev.metric, f"{where}: evaluation.metric")
+    return hook, user
+
+
 def _run(recipe: Recipe, stage: Path, final: Path | None = None) -> None:
     t0 = time.perf_counter()
     model_path = original = resolve(recipe.model)
@@ -139,24 +162,25 @@ def _run(recipe: Recipe, stage: Path, final: Path | None = None) -> None:
                  "model with the plugin's inputs as extra outputs", original,
                  ", ".join(sorted({p.op_type for p in plugins})), model_path.name)
     info = fix_input_shapes(inspect_model(model_path), recipe.input_shapes, f"{recipe.source}: input_shapes")
+    batch_axes, consts = feeding(recipe)
+    info = laid_out(model_path, info, batch_axes, consts, f"{recipe.source}: inputs.batch_axis")
     budget = Budget(parse_size(recipe.memory_budget, "memory_budget"), "memory_budget")
     deployed = Path(original if plugins else model_path)  # what TensorRT builds and the Q/DQ model is made of
     log.info("calib %s, recipe %s, model %s (%d tensors to calibrate)", __version__, recipe.source,
              model_path, len(info.activations))
-    inputs = info.inputs  # the sources feed every model input, by name
+    inputs = info  # the sources feed every model input, by name, where info.layout says
     c = recipe.calibration
     check_backend(recipe, model_path)
     task = recipe.evaluation.task
-    hook = load_hook(recipe.evaluation.postprocess, f"{recipe.source}: evaluation.postprocess") \
-        if recipe.evaluation.postprocess else None  # a missing function or a failing file: before the pass
+    hook, user = evaluation_hooks(recipe)  # a missing function or a failing file: before the pass
     if hook is None:
         check_task(model_path, task, recipe.evaluation.detection.format if task == "detection" else None,
                    "evaluation.task", f"{recipe.source}: model {model_path}", "evaluation.detection.format")
-    csrc = make_source(recipe.calibration_data, recipe.preprocess, inputs, c.batch_size)
+    csrc = make_source(recipe.calibration_data, recipe.preprocess, inputs, c.batch_size, consts=consts)
     espec = recipe.evaluation_data or recipe.calibration_data
     trt_backend = recipe.backend.kind == "tensorrt"
     ebatch = recipe.backend.batch_size if trt_backend else recipe.evaluation.batch_size  # engines take their batch
-    esrc = make_source(espec, recipe.preprocess, inputs, ebatch)  # a bad offset or path: before the pass
+    esrc = make_source(espec, recipe.preprocess, inputs, ebatch, consts=consts)  # a bad offset or path: before the pass
     # a budget too small for the evaluation's runs: said before the pass (the pass's own check is in collect)
     evaluation_samples(model_path, info, budget, ebatch, fixed_batch(info), 1 + len(c.algorithms))
     equalized = None
@@ -165,7 +189,7 @@ def _run(recipe: Recipe, stage: Path, final: Path | None = None) -> None:
                           f"({original})")
     if c.equalize:
         model_path, info, equalized = equalize_model(model_path, csrc, stage)
-        info = fix_input_shapes(info, recipe.input_shapes)
+        info = dataclasses.replace(fix_input_shapes(info, recipe.input_shapes), layout=inputs.layout)
     pm = deployed_precision(model_path, recipe.evaluation.deploy, recipe.evaluation.engine_layers,
                             f"{recipe.source}: evaluation.engine_layers")  # a wrong file fails before the pass
     log.info("simulating the deployed build: %s", pm.describe())
@@ -196,7 +220,7 @@ def _run(recipe: Recipe, stage: Path, final: Path | None = None) -> None:
     if trt_backend:
         from calib.deploy import jobs as trt_engines
 
-        csrc_trt = make_source(recipe.calibration_data, recipe.preprocess, inputs, recipe.backend.batch_size)
+        csrc_trt = make_source(recipe.calibration_data, recipe.preprocess, inputs, recipe.backend.batch_size, consts=consts)
         es = trt_engines.build_engines(recipe, deployed if plugins else model_path, info, amax, csrc_trt, stage,
                                        extra_outputs=tuple(info.outputs) if plugins else ())
         engines = es.runners
@@ -209,9 +233,10 @@ def _run(recipe: Recipe, stage: Path, final: Path | None = None) -> None:
     try:
         result = evaluate(model_path, configs, esrc, recipe.evaluation.task, recipe.evaluation.detection,
                           exclude=exclude, engines=engines, precision=precision, memory_budget=budget,
-                          input_shapes=recipe.input_shapes, postprocess=hook)
+                          input_shapes=recipe.input_shapes, postprocess=hook, batch_axes=batch_axes, consts=consts,
+                          metric=user)
         if es is not None:
-            trt_engines.time_engines(es, make_source(espec, recipe.preprocess, inputs, recipe.backend.batch_size),
+            trt_engines.time_engines(es, make_source(espec, recipe.preprocess, inputs, recipe.backend.batch_size, consts=consts),
                                      recipe.backend.batch_size)
             stem = (deployed if plugins else Path(model_path)).stem
             engine_file = trt_engines.write_best(es, result, stage, stem, partial(primary_score, task=result["task"]))
@@ -237,8 +262,9 @@ def _run(recipe: Recipe, stage: Path, final: Path | None = None) -> None:
         files.append(fp16["file"])
         if fp16.get("evaluate"):
             fp16["rows"] = add_fp16_rows(result, best, q, fp16.pop("evaluate"), model_path,
-                                         make_source(espec, recipe.preprocess, inputs, recipe.evaluation.batch_size),
-                                         recipe, budget, hook)
+                                         make_source(espec, recipe.preprocess, inputs, recipe.evaluation.batch_size,
+                                                     consts=consts),
+                                         recipe, budget, hook, user)
             summ = summary(result, candidates=list(c.algorithms))  # the same decision, with the two rows
     files += [f for f in (qdq_name, "report.json", "report.md", "report.html", "run.log") if f not in files]
     report = {"recipe": recipe.name, "recipe_file": recipe.source, "calib_version": __version__,

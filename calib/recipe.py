@@ -55,6 +55,16 @@ class DataSpec:
 
 
 @dataclass(frozen=True)
+class InputSpec:
+    """How one model input is fed (recipe `inputs: {NAME: {...}}`; calib.quantize.layout, calib.data.feeding)."""
+
+    # the axis that carries the samples (`none`: one value for every sample); default: from the model's dims
+    batch_axis: int | str | None = field(default=None, metadata={"min": 0, "none_word": True})
+    const: object = field(default=None, metadata={"array": True})  # one value fed with every sample
+    file: str | None = field(default=None, metadata=PATH)  # a .npy holding that value
+
+
+@dataclass(frozen=True)
 class PreprocessSpec:
     resize: tuple[int, ...] | None = field(default=None, metadata={"min": 1, "len": (1, 2)})  # (height, width)
     mode: str = field(default="shorter", metadata={"choices": ("shorter", "exact", "letterbox")})
@@ -109,7 +119,7 @@ class DetectionSpec:
 @dataclass(frozen=True)
 class EvaluationSpec:
     task: str = field(default="outputs",
-                      metadata={"choices": ("classification", "detection", "outputs", "embedding")})
+                      metadata={"choices": ("classification", "detection", "outputs", "embedding", "text")})
     batch_size: int = field(default=8, metadata=POSITIVE)
     detection: DetectionSpec = DetectionSpec()
     histograms: int = field(default=6, metadata=NON_NEGATIVE)  # tensors with a histogram plot in the report
@@ -120,6 +130,10 @@ class EvaluationSpec:
     engine_layers: str | None = field(default=None, metadata=PATH)
     # FILE.py:FUNCTION turning a batch of outputs into detections or class scores (calib.evaluate.postprocess)
     postprocess: str | None = field(default=None, metadata={"hook": True})
+    # task text without a postprocess: the built-in CTC head (greedy, blank 0) with this charset, one per line
+    charset: str | None = field(default=None, metadata=PATH)
+    # FILE.py:FUNCTION(fp32_outputs, int8_outputs) -> one score per sample, higher is better (ranks the caches)
+    metric: str | None = field(default=None, metadata={"hook": True})
 
 
 @dataclass(frozen=True)
@@ -188,6 +202,8 @@ class Recipe:
     # resize follows it where preprocess.resize is not given); like trtexec's --shapes
     input_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
     memory_budget: str = field(default="2GB", metadata={"size": True})  # the peak memory every step keeps within
+    # per model input (or output, batch_axis only): the axis that carries its samples, a value fed with every sample
+    inputs: dict[str, InputSpec] = field(default_factory=dict)
     source: str = ""  # the recipe file, filled in by load_recipe
 
 
@@ -210,6 +226,10 @@ def _convert(value, tp, key: str, ctx: _Ctx, meta):
         args = [a for a in typing.get_args(tp) if a is not type(None)]
         if value is None:
             return None
+        if meta.get("none_word") and isinstance(value, str):
+            if value.strip().lower() != "none":
+                ctx.fail(key, f"expected an integer or none, got {value!r}")
+            return "none"
         return _convert(value, args[0], key, ctx, meta)
     if dataclasses.is_dataclass(tp):
         if not isinstance(value, dict):
@@ -228,6 +248,8 @@ def _convert(value, tp, key: str, ctx: _Ctx, meta):
         kt, vt = typing.get_args(tp)
         return {_convert(k, kt, key, ctx, {}): _convert(v, vt, f"{key}.{k}", ctx, {})
                 for k, v in value.items()}
+    if meta.get("array"):
+        return _array_value(value, key, ctx)
     if tp is bool:
         if not isinstance(value, bool):
             ctx.fail(key, f"expected true or false, got {value!r}")
@@ -259,6 +281,19 @@ def _convert(value, tp, key: str, ctx: _Ctx, meta):
             return str(p)
         return value
     ctx.fail(key, f"unsupported type {_type_name(tp)}")
+
+
+def _array_value(value, key: str, ctx: _Ctx):
+    """A number or nested lists of numbers, as nested tuples (frozen)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float, list)):
+        ctx.fail(key, f"expected a number or a list of numbers, got {value!r}")
+    if isinstance(value, list):
+        return tuple(_array_value(v, f"{key}[{i}]", ctx) for i, v in enumerate(value))
+    if not math.isfinite(value):
+        ctx.fail(key, f"expected a finite number, got {value!r}")
+    return value
 
 
 def _hook_path(value: str, key: str, ctx: _Ctx) -> str:
@@ -302,7 +337,7 @@ def _build(cls, raw: dict, ctx: _Ctx, prefix: str = ""):
 
 def _check(value, meta: dict, key: str, ctx: _Ctx) -> None:
     """The limits in a field's metadata: min, max, above (exclusive), nonzero, len, digits, algorithm."""
-    if value is None:
+    if value is None or (meta.get("none_word") and value == "none"):
         return
     if isinstance(value, tuple):
         lo, hi = meta.get("len", (0, 1 << 30))
@@ -386,6 +421,21 @@ def load_recipe(path: str | Path, overrides: typing.Sequence[str] = ()) -> Recip
     if fault:
         raise RecipeError(f"{path}: preprocess.{fault[0]}: {fault[1]}")
     return dataclasses.replace(recipe, source=str(path))
+
+
+def feeding(recipe: Recipe) -> tuple[dict, dict]:
+    """(batch_axes, consts) of the recipe's `inputs`, as calib.calibrate and calib.evaluate take them."""
+    axes, consts = {}, {}
+    for name, spec in recipe.inputs.items():
+        if spec.batch_axis is not None:
+            axes[name] = None if spec.batch_axis == "none" else spec.batch_axis
+        if spec.const is not None and spec.file is not None:
+            raise RecipeError(f"{recipe.source}: inputs.{name}: give const or file, not both")
+        if spec.file is not None:
+            consts[name] = Path(spec.file)
+        elif spec.const is not None:
+            consts[name] = spec.const
+    return axes, consts
 
 
 def input_paths(recipe: Recipe) -> list[str]:

@@ -25,11 +25,19 @@ _DTYPE = {1: "float32", 10: "float16", 2: "uint8"}  # ONNX elem_type -> Preproce
 CLI_NAMES = {"preprocess.resize": "--resize", "input_shapes": "--input-shape", "memory_budget": "--memory-budget",
              "calibration_data.limit": "--limit", "evaluation_data.limit": "--limit", "preprocess.scale": "--scale",
              "preprocess.color": "--bgr", "preprocess.letterbox_anchor": "--letterbox-anchor",
-             "layerwise": "--no-layerwise"}
+             "layerwise": "--no-layerwise", "inputs.batch_axis": "--batch-axis", "inputs.const": "--const"}
 
 
 def model_options(fn):
-    """--input-shape and --memory-budget, for the commands that run the model on the CPU."""
+    """--input-shape, --batch-axis, --const and --memory-budget, for the commands that run the model on the CPU."""
+    fn = click.option("--const", "consts", multiple=True, metavar="NAME=VALUE",
+                      help="Feed input NAME one value with every sample: a number (sr=16000), a list ([0.5, 1]) or a "
+                           ".npy file (state=h0.npy: one sample's value, or one run's with 1 on the batch axis); "
+                           "repeatable.")(fn)
+    fn = click.option("--batch-axis", "batch_axes", multiple=True, metavar="NAME=AXIS",
+                      help="The axis of input (or output) NAME that carries the samples, e.g. state=1 for a state "
+                           "[2, B, 128]; none: one value for every sample [default: from the model's dims]; "
+                           "repeatable.")(fn)
     fn = click.option("--memory-budget", default="2GB", show_default=True, metavar="SIZE",
                       help="Peak memory to keep within (e.g. 2GB, 512MB): runs hold as many samples as fit, from "
                            "the activation bytes per sample shape inference gives; too small for one sample is an "
@@ -288,15 +296,30 @@ def _text_source(args: DataArgs, info, images_only: list, batch_size: int):
     return make_source(spec, PreprocessSpec(), info.inputs, batch_size)
 
 
-def make_cli_source(args: DataArgs, info, batch_size: int, input_index: int = 0):
-    """A Source over --data for `info` (a ModelInfo): an .npz feeds each model input the array of its name;
-    other data feeds the input `input_index`."""
+def feed_options(model, info, batch_axes, consts):
+    """(info with its layout, consts) from --batch-axis and --const as typed."""
+    from calib.data.feeding import laid_out, parse_consts
+    from calib.quantize.layout import batch_axes_text
+
+    values = parse_consts(consts, "--const")
+    return laid_out(model, info, batch_axes_text(batch_axes, "--batch-axis"), values, "--batch-axis"), values
+
+
+def make_cli_source(args: DataArgs, info, batch_size: int, input_index: int = 0, consts=None):
+    """A Source over --data for `info` (a ModelInfo): an .npz feeds each model input the array of its name (laid
+    out as info.layout says); other data feeds the input `input_index`; `consts` (input -> value, --const) feed
+    one value with every sample."""
     from calib.data.arrays import ArraySource, load_inputs
+    from calib.data.feeding import canonical, const_rows, with_consts
     from calib.data.sources import ArrayImageSource, make_source, picked
     from calib.data.transforms import Preprocessor
     from calib.recipe import DataSpec
 
-    name, dims, elem_type = info.inputs[input_index]
+    rows = const_rows(consts, info, CLI_NAMES, "--const") if consts else {}
+    inputs = [i for i in info.inputs if i[0] not in rows]
+    if not inputs:
+        raise DataError("--const: every input of the model is given one value; --data must feed at least one")
+    name, dims, elem_type = inputs[min(input_index, len(inputs) - 1)]
     path = Path(args.data)
     kind = data_kind(path)
     if kind != "coco" and args.images:
@@ -304,30 +327,39 @@ def make_cli_source(args: DataArgs, info, batch_size: int, input_index: int = 0)
     images_only = [o for o in args.image_options() if o != "--images" or kind != "coco"]
     text_only = [f for f, v in (("--tokenizer", args.tokenizer), ("--max-length", args.max_length)) if v]
     if kind == "text":
-        return _text_source(args, info, images_only, batch_size)
+        return with_consts(_text_source(args, info, images_only, batch_size), rows)
     if text_only:
         raise click.BadParameter("only with text data (a .txt of lines) as --data", param_hint=text_only[0])
     if kind in ("npy", "npz"):
-        arrays = load_inputs(path, [n for n, _, _ in info.inputs])
+        arrays = load_inputs(path, [n for n, _, _ in inputs])
+        if len(arrays) > 1 or not info.layout.identity:
+            arrays, found = canonical(arrays, info, str(path), CLI_NAMES)
+            rows = {**found, **rows}
         if len(arrays) > 1:
-            return _inputs_source(args, arrays, images_only, batch_size)
+            return with_consts(_inputs_source(args, arrays, images_only, batch_size), rows)
+        name = next(iter(arrays))
         arr = arrays[name]
         if args.limit or args.offset:
             arr = arr[picked(DataSpec(kind=kind, path=str(path), limit=args.limit, offset=args.offset),
                              list(range(arr.shape[0])))]
         if not images_only:
             layout = args.layout or model_layout(dims) or "NCHW"
-            return ArraySource(arr, name, batch_size, args.preprocess or "none", channels_first=layout == "NCHW",
-                               label=str(path))
+            return with_consts(ArraySource(arr, name, batch_size, args.preprocess or "none",
+                                           channels_first=layout == "NCHW", label=str(path)), rows)
         if arr.dtype != "uint8" or arr.ndim != 4 or arr.shape[-1] not in (1, 3):
             raise DataError(f"{path}: {', '.join(images_only)} apply to images (uint8 [N, H, W, C]); it holds "
                             f"{arr.dtype} {list(arr.shape)}: use --preprocess alone")
-        return ArrayImageSource(arr, Preprocessor(preprocess_spec(args, dims, elem_type)), name, batch_size,
-                                range(arr.shape[0]), str(path))
+        return with_consts(ArrayImageSource(arr, Preprocessor(preprocess_spec(args, dims, elem_type)), name,
+                                            batch_size, range(arr.shape[0]), str(path)), rows)
+    if len(inputs) > 1:
+        from calib.quantize.layout import fix_hint
+
+        raise DataError(f"{path}: {kind} data feeds one input; the model takes {[n for n, _, _ in inputs]} (give an "
+                        f".npz with one array per input, or {fix_hint(inputs[1][0], CLI_NAMES)})")
     spec = DataSpec(kind=kind, path=str(_coco_images(path, args.images) if kind == "coco" else path),
                     annotations=str(path) if kind == "coco" else None, limit=args.limit, offset=args.offset)
-    return make_source(spec, preprocess_spec(args, dims, elem_type), info.inputs[input_index:input_index + 1],
-                       batch_size, CLI_NAMES)
+    return with_consts(make_source(spec, preprocess_spec(args, dims, elem_type), [inputs[0]], batch_size,
+                                   CLI_NAMES), rows)
 
 
 @contextlib.contextmanager

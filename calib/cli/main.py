@@ -11,7 +11,7 @@ from calib.cli.cache import cache
 from calib.cli.common import cache_checks as _cache_checks
 from calib.cli.common import given_path
 from calib.cli.common import handled as _handled
-from calib.cli.data import CLI_NAMES, data_options, make_cli_source, model_options, with_data
+from calib.cli.data import CLI_NAMES, data_options, feed_options, make_cli_source, model_options, with_data
 from calib.cli.data import input_shapes as parse_shapes
 from calib.cli.data import memory_budget as parse_budget
 from calib.cli.zoo import zoo
@@ -97,7 +97,7 @@ def sensitivity(ctx, recipe, out, overrides):
 @_handled
 @with_data
 def calibrate(model, data_args, algo, batch_size, percentile, trt_version, carrier, equalize, skip_nonfinite,
-              allow_qdq, input_shapes, memory_budget, out):
+              allow_qdq, input_shapes, batch_axes, consts, memory_budget, out):
     """Calibrate MODEL on --data in one pass; write OUT/<algo>.cache and OUT/<algo>.json per algorithm."""
     from calib.algorithms import registry
     from calib.stats import warmup
@@ -114,11 +114,13 @@ def calibrate(model, data_args, algo, batch_size, percentile, trt_version, carri
 
     shapes, budget = parse_shapes(input_shapes), parse_budget(memory_budget)
     info = fix_input_shapes(inspect_model(model), shapes, "--input-shape")
-    data = make_cli_source(data_args, info, batch_size)
+    info, const_values = feed_options(model, info, batch_axes, consts)
+    data = make_cli_source(data_args, info, batch_size, consts=const_values)
     res = run_calibration(model, data, algos, {"percentile": {"percentile": percentile}}, batch_size,
                           "none", out, trt_version, carrier, skip_nonfinite=skip_nonfinite, equalize=equalize,
                           give_back=False, allow_qdq=allow_qdq,  # the process ends after writing the caches
-                          input_shapes=shapes, memory_budget=budget, option_names=CLI_NAMES)
+                          input_shapes=shapes, memory_budget=budget, option_names=CLI_NAMES,
+                          batch_axes=dict(info.layout.inputs + info.layout.outputs), consts=const_values)
     if res.equalized:
         click.echo(f"{Path(out) / res.equalized['file']}  ({res.equalized['equalized']} of {res.equalized['pairs']} "
                    "Conv pairs equalized)")
@@ -138,15 +140,22 @@ def calibrate(model, data_args, algo, batch_size, percentile, trt_version, carri
 @data_options()
 @click.option("--batch-size", default=8, show_default=True, type=click.IntRange(1))
 @click.option("--task", default="outputs", show_default=True,
-              type=click.Choice(["outputs", "classification", "detection", "embedding"]),
+              type=click.Choice(["outputs", "classification", "detection", "embedding", "text"]),
               help="classification: top-1/top-5 agreement (and accuracy with class subfolders); detection: mAP "
-                   "against FP32's detections (and the labels of a COCO/YOLO set); refused where the model's "
-                   "outputs do not fit.")
+                   "against FP32's detections (and the labels of a COCO/YOLO set); embedding: cosine per sample; "
+                   "text: exact match and character error rate against FP32's strings (--head ctc or a "
+                   "--postprocess returning strings); refused where the model's outputs do not fit.")
 @click.option("--head", default="auto", show_default=True,
-              type=click.Choice(["auto", "boxes-scores", "yolov5", "yolox", "yolov8", "yolov3"]),
+              type=click.Choice(["auto", "boxes-scores", "yolov5", "yolox", "yolov8", "yolov3", "ctc"]),
               help="Decoder of a detector's outputs (implies --task detection): boxes-scores ([N, A, 4] + [N, A, C]), "
                    "yolov5 ([N, A, 5 + C], boxes in pixels), yolox ([N, A, 5 + C] raw grid, strides 8/16/32), "
-                   "yolov8 ([N, 4 + C, A]); auto: the one the output shapes fit.")
+                   "yolov8 ([N, 4 + C, A]); auto: the one the output shapes fit. ctc: a text recognizer's [N, T, C] "
+                   "scores, greedy decoding with blank 0 and --charset (implies --task text).")
+@click.option("--charset", type=click.Path(dir_okay=False),
+              help="With --head ctc: the characters of classes 1, 2, ... one per line (implies --head ctc).")
+@click.option("--metric", metavar="FILE.py:FUNCTION",
+              help="Your comparison FUNCTION(fp32_outputs, int8_outputs) -> one score per sample (higher is "
+                   "better; outputs as {name: array [N, ...]}); ranks the caches, reported under FUNCTION's name.")
 @click.option("--postprocess", metavar="FILE.py:FUNCTION",
               help="Your function turning a batch of outputs {name: array} into detections (per image: boxes "
                    "[K, 4] xyxy, scores [K], classes [K]) or class scores [N, C]; the task follows what it returns.")
@@ -168,9 +177,10 @@ def calibrate(model, data_args, algo, batch_size, percentile, trt_version, carri
 @click.option("--out", "-o", required=True, type=click.Path(file_okay=False))
 @_handled
 @with_data
-def evaluate(model, caches, data_args, batch_size, task, head, postprocess, ignore_hash, allow_unknown, exclude,
+def evaluate(model, caches, data_args, batch_size, task, head, charset, metric, postprocess, ignore_hash,
+             allow_unknown, exclude,
              layerwise, ignore_sidecar, allow_partial, deploy, engine_layers, allow_qdq, float_type, input_shapes,
-             memory_budget, out):
+             batch_axes, consts, memory_budget, out):
     """Compare MODEL in FP32 with its INT8 simulation under each --cache; write a report to OUT."""
     from calib.evaluate.api import evaluate as run_eval
     from calib.evaluate.report import ship_line, summary, write_reports
@@ -185,12 +195,19 @@ def evaluate(model, caches, data_args, batch_size, task, head, postprocess, igno
     from calib.recipe import DetectionSpec
     from calib.stats.histogram import HistogramCollector
 
-    hook = None
+    hook, user = None, None
     if postprocess:
         from calib.evaluate.postprocess import load as load_hook
 
         hook = load_hook(postprocess)  # a missing file or function: one line, before the model is read
-    if head != "auto" and task not in ("outputs", "detection"):
+    if metric:
+        from calib.evaluate.scores.user import load_metric
+
+        user = load_metric(metric)
+    head = "ctc" if charset and head == "auto" else head
+    if head == "ctc":
+        hook, task = _ctc_hook(hook, charset, task), "text"
+    if head not in ("auto", "ctc") and task not in ("outputs", "detection"):
         raise CalibError(f"--head {head} decodes a detector's outputs: it goes with --task detection, not {task}")
     task = "detection" if head != "auto" and task == "outputs" else task
     proto = load_model(model)
@@ -201,6 +218,7 @@ def evaluate(model, caches, data_args, batch_size, task, head, postprocess, igno
                    "this one compares the outputs only", err=True)
     shapes, budget = parse_shapes(input_shapes), parse_budget(memory_budget)
     info = fix_input_shapes(inspect_model(model, proto), shapes, "--input-shape")
+    info, const_values = feed_options(proto, info, batch_axes, consts)
     ex = check_exclusions(proto, exclude, model)
     float_layers = excluded_layers(proto, ex)
     del proto
@@ -211,7 +229,7 @@ def evaluate(model, caches, data_args, batch_size, task, head, postprocess, igno
         name = Path(c).stem
         configs[name if name not in configs else c] = cf.amaxes()
         calib_samples.add((side or {}).get("samples"))
-    src = make_cli_source(data_args, info, batch_size)
+    src = make_cli_source(data_args, info, batch_size, consts=const_values)
     detection = DetectionSpec(format=found) if found else DetectionSpec()
     pm = deployed_precision(model, deploy, engine_layers, "--engine-layers")
     engines, fp16 = {}, []
@@ -221,7 +239,8 @@ def evaluate(model, caches, data_args, batch_size, task, head, postprocess, igno
         engines, fp16 = fp16_engines(load_model(model), configs, ex, model)
     res = run_eval(model, configs, src, task, detection, exclude={n: ex for n in configs}, layerwise=layerwise,
                    precision={n: pm for n in configs}, memory_budget=budget, input_shapes=shapes,
-                   option_names=CLI_NAMES, postprocess=hook, engines=engines)
+                   option_names=CLI_NAMES, postprocess=hook, engines=engines, metric=user,
+                   batch_axes=dict(info.layout.inputs + info.layout.outputs), consts=const_values)
     report = {"recipe": Path(model).stem, "model": str(model), "model_sha256": info.sha256,
               "calibration": {"samples": calib_samples.pop() if len(calib_samples) == 1 else None},
               "evaluation": {"samples": res["samples"], "configs": res["configs"]},
@@ -236,8 +255,11 @@ def evaluate(model, caches, data_args, batch_size, task, head, postprocess, igno
                                "--ignore-sidecar": ignore_sidecar, "--allow-partial": allow_partial,
                                "--no-layerwise": not layerwise, "--allow-qdq": allow_qdq},
                               [a for s in input_shapes for a in ("--input-shape", s)]
+                              + [a for s in batch_axes for a in ("--batch-axis", s)]
+                              + [a for s in consts for a in ("--const", s)]
                               + (["--memory-budget", memory_budget] if memory_budget != "2GB" else [])
-                              + (["--float-type", float_type] if float_type != "fp32" else []))}
+                              + (["--float-type", float_type] if float_type != "fp32" else [])
+                              + (["--charset", charset] if charset else []) + (["--metric", metric] if metric else []))}
     from calib.quantize.cache import sidecar_path
 
     if fp16:
@@ -247,6 +269,19 @@ def evaluate(model, caches, data_args, batch_size, task, head, postprocess, igno
     click.echo(ship_line(report))
     click.echo(verdict_line(report))
     click.echo(f"wrote {Path(out) / 'report.html'}")
+
+
+def _ctc_hook(hook, charset, task):
+    """The built-in CTC head for --head ctc / --charset (calib.evaluate.scores.ctc)."""
+    from calib.evaluate.scores.ctc import CtcHead
+
+    if hook is not None:
+        raise CalibError("--head ctc decodes the outputs itself: give it or --postprocess, not both")
+    if not charset:
+        raise CalibError("--head ctc: give --charset FILE, the characters of classes 1, 2, ... one per line")
+    if task not in ("outputs", "text"):
+        raise CalibError(f"--head ctc decodes a text recognizer's outputs: it goes with --task text, not {task}")
+    return CtcHead(charset)
 
 
 def _rerun(model, data_args, batch_size, task, head, postprocess, deploy, engine_layers, flags,

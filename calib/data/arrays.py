@@ -49,7 +49,8 @@ def load_inputs(path: str | Path, inputs, mapping=None, key: str | None = None) 
     """Model input -> array, for the model inputs named in `inputs`, from an .npz (or .npy for one input).
 
     An input takes the array `mapping[input]`, else the array named like it; a model of one input also takes an
-    .npz's only array, or `key`. Every array has the same number of samples."""
+    .npz's only array, or `key`. The arrays are as the file holds them: calib.data.feeding.canonical checks their
+    numbers of samples along each input's batch axis."""
     path, inputs, mapping = Path(path), list(inputs), dict(mapping or {})
     unknown = sorted(set(mapping) - set(inputs))
     if unknown:
@@ -67,13 +68,11 @@ def load_inputs(path: str | Path, inputs, mapping=None, key: str | None = None) 
     for name in inputs:
         want = mapping.get(name, name)
         if want not in names:
-            how = f"array '{want}'" if want != name else "an array of that name"
+            how = f"array '{want}'" if want != name else "array of that name"
             raise DataError(f"{path}: no data for model input '{name}': the file has no {how} (has {names}; "
-                            "map arrays to inputs with 'inputs')")
+                            "map arrays to inputs with 'inputs', or feed the input one value for every sample with "
+                            f"--const {name}=VALUE, recipe inputs: {{{name}: {{const: VALUE}}}})")
         out[name] = load_array(path, want)
-    counts = {n: a.shape[0] if a.ndim else 0 for n, a in out.items()}
-    if len(set(counts.values())) > 1:
-        raise DataError(f"{path}: the inputs' arrays hold different numbers of samples ({counts})")
     return out
 
 
@@ -215,24 +214,31 @@ class InputsSource:
             yield {name: np.array(a[idx], copy=True) for name, a in self.arrays.items()}
 
 
-def as_source(data, inputs, batch_size: int = 8, preprocess: str = "none"):
-    """A Source from what the Python API takes, for the model inputs `inputs` (ModelInfo.inputs): a Source as it
-    is; an ndarray for a one-input model; a dict of arrays (model input -> array); a .npy/.npz path (an .npz: one
-    array per input, named like it)."""
-    names = [n for n, _, _ in inputs]
+def as_source(data, inputs, batch_size: int = 8, preprocess: str = "none", consts=None, option_names=None):
+    """A Source from what the Python API takes, for the model inputs `inputs` (ModelInfo.inputs, or a ModelInfo,
+    whose layout says where each input's samples are): a Source as it is; an ndarray for a one-input model; a dict
+    of arrays (model input -> array, laid out as the model takes them); a .npy/.npz path (an .npz: one array per
+    input, named like it). `consts`: input -> a value fed with every sample (calib.data.feeding)."""
+    from calib.data.feeding import canonical, const_rows, plain_info, with_consts
+
+    info = plain_info(inputs)
+    rows = const_rows(consts or {}, info, option_names) if consts else {}
+    names = [n for n, _, _ in info.inputs if n not in rows]
     label = str(data) if isinstance(data, (str, Path)) else "<arrays>"
     if isinstance(data, (str, Path)):
         data = load_inputs(data, names)
-        if len(data) == 1:
+        if len(data) == 1 and not rows and info.layout.identity:
             data = data[names[0]]
     if isinstance(data, np.ndarray):
         if len(names) > 1:
             raise DataError(f"{label}: one array for a model of {len(names)} inputs {names}: give a dict or an "
                             ".npz of one array per input")
-        return ArraySource(data, names[0], batch_size, preprocess, label=label)
+        return with_consts(ArraySource(data, names[0], batch_size, preprocess, label=label), rows)
     if isinstance(data, dict):
         if preprocess != "none":
             raise DataError(f"{label}: preprocess '{preprocess}' applies to one image input; several arrays are "
                             "fed as they are")
-        return InputsSource({k: np.asarray(v) for k, v in data.items()}, batch_size, label=label)
-    return data
+        per, found = canonical({k: np.asarray(v) for k, v in data.items() if k not in rows}, info, label,
+                               option_names)
+        return with_consts(InputsSource(per, batch_size, label=label), {**found, **rows})
+    return with_consts(data, rows)

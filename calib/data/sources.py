@@ -9,10 +9,12 @@ import numpy as np
 from PIL import Image
 
 from calib.data.arrays import InputsSource, load_inputs, mapped_file, read_rows
+from calib.data.feeding import canonical, const_rows, plain_info, with_consts
 from calib.data.images import ImageSource, Sample, coco_samples, folder_samples, subset, yolo_samples
 from calib.data.labels import category_map, labels_from_names, map_classes
 from calib.data.transforms import Preprocessor, with_model_size
 from calib.errors import DataError, called, require
+from calib.quantize.layout import fix_hint
 from calib.recipe import DataSpec, PreprocessSpec
 
 log = logging.getLogger(__name__)
@@ -129,8 +131,8 @@ def image_samples(spec: DataSpec) -> list[Sample]:
 
 
 def _inputs(inputs) -> list[tuple]:
-    """The model inputs a source feeds: ModelInfo.inputs, or one input's name."""
-    return [(inputs, (), 1)] if isinstance(inputs, str) else list(inputs)
+    """The model inputs a source feeds: ModelInfo.inputs, a ModelInfo, or one input's name."""
+    return list(plain_info(inputs).inputs)
 
 
 def _check_keys(spec: DataSpec) -> None:
@@ -144,35 +146,46 @@ def _check_keys(spec: DataSpec) -> None:
                             "max_length: text)")
 
 
-def make_source(spec: DataSpec, pre_spec: PreprocessSpec, inputs, batch_size: int, option_names=None):
-    """The Source of `spec` for the model inputs `inputs` (ModelInfo.inputs, or one input's name); images are
-    resized to the model's input size where `pre_spec` gives none and the size is known. `option_names`: recipe key
-    -> the flag the user typed, for the messages."""
-    inputs = _inputs(inputs)
+def make_source(spec: DataSpec, pre_spec: PreprocessSpec, inputs, batch_size: int, option_names=None,
+                consts=None):
+    """The Source of `spec` for the model inputs `inputs` (ModelInfo.inputs, a ModelInfo whose layout says where
+    each input's samples are, or one input's name); images are resized to the model's input size where `pre_spec`
+    gives none and the size is known. `option_names`: recipe key -> the flag the user typed, for the messages.
+    `consts`: input -> a value fed with every sample (calib.data.feeding; its batches carry one row per sample)."""
+    info = plain_info(inputs)
+    rows = const_rows(consts or {}, info, option_names, called("inputs.const", option_names)) if consts else {}
+    inputs = [i for i in info.inputs if i[0] not in rows]
     names = [n for n, _, _ in inputs]
     label = spec.path
     _check_keys(spec)
     if spec.kind == "text":
-        return text_source(spec, inputs, batch_size)
+        return with_consts(text_source(spec, inputs, batch_size), rows)
     if spec.kind in ("npy", "npz"):
         arrays = load_inputs(spec.path, names, spec.inputs, spec.key)
+        if len(arrays) > 1 or not info.layout.identity:
+            arrays, found = canonical(arrays, info, label, option_names)
+            rows = {**found, **rows}
+        if not arrays:
+            raise DataError(f"{spec.path}: every input is fed one value for every sample; calib needs samples")
         n = next(iter(arrays.values())).shape[0]
         if n == 0:
             raise DataError(f"{spec.path}: no samples")
         idx = picked(spec, list(range(n)))
         if len(arrays) > 1:
-            return InputsSource(arrays, batch_size, idx, label)
-        return ArrayImageSource(arrays[names[0]], Preprocessor(pre_spec), names[0], batch_size, idx, label)
+            return with_consts(InputsSource(arrays, batch_size, idx, label), rows)
+        name = next(iter(arrays))
+        return with_consts(ArrayImageSource(arrays[name], Preprocessor(pre_spec), name, batch_size, idx, label), rows)
     if len(names) > 1:
         raise DataError(f"{spec.path}: {spec.kind} data feeds one input; the model takes {names} (give an .npz "
-                        "with one array per input, or text)")
+                        "with one array per input, or text, or feed the others one value for every sample: "
+                        f"{fix_hint(names[1], option_names)})")
     if inputs[0][1]:
         pre_spec = with_model_size(pre_spec, tuple(inputs[0][1]))
     sizing = f"{called('preprocess.resize', option_names)} or {called('input_shapes', option_names)}"
     if spec.kind == "torchvision":
-        return TorchvisionSource(spec, Preprocessor(pre_spec), names[0], batch_size)
-    return ImageSource(image_samples(spec), Preprocessor(pre_spec), names[0], batch_size, spec.max_bad, label,
-                       spec.max_pixels, sizing)
+        return with_consts(TorchvisionSource(spec, Preprocessor(pre_spec), names[0], batch_size), rows)
+    return with_consts(ImageSource(image_samples(spec), Preprocessor(pre_spec), names[0], batch_size, spec.max_bad,
+                                   label, spec.max_pixels, sizing), rows)
 
 
 def text_source(spec: DataSpec, inputs, batch_size: int):

@@ -16,6 +16,8 @@ from calib.evaluate.layerwise import Comparison, Simulator
 from calib.evaluate.metrics import Classification
 from calib.evaluate.postprocess import load as load_hook
 from calib.evaluate.recall import figures as recall_figures
+from calib.evaluate.scores.tally import ScoreTally
+from calib.evaluate.scores.user import load_metric
 from calib.evaluate.tasks import check_task
 from calib.io.memory import Budget
 from calib.io.progress import bar
@@ -53,7 +55,8 @@ def _batches(source):
 def evaluate(model, caches: dict, source, task: str = "outputs", detection: DetectionSpec = DetectionSpec(),
              exclude: dict | None = None, layerwise: bool = True, engines: dict | None = None,
              checks=None, batch_size: int = 8, precision: dict | None = None, memory_budget: Budget | None = None,
-             input_shapes: dict | None = None, option_names=None, postprocess=None) -> dict:
+             input_shapes: dict | None = None, option_names=None, postprocess=None, batch_axes: dict | None = None,
+             consts: dict | None = None, metric=None) -> dict:
     """Compare FP32 with INT8 simulations, one per entry of `caches` (name -> cache path or {tensor: amax}), and
     with `engines` (name -> a runner of the same model, e.g. a TensorRT engine; compared on the outputs).
     Cache paths are checked like the CLI's (`checks`: a calib.quantize.cachecheck.CacheChecks for its override flags).
@@ -68,18 +71,27 @@ def evaluate(model, caches: dict, source, task: str = "outputs", detection: Dete
     remainder that cannot fill a run left out and said. `input_shapes` fixes dynamic input dimensions; `option_names`
     maps recipe keys to the flags the user typed, for the messages.
     `postprocess`: FILE.py:FUNCTION (or a loaded calib.evaluate.postprocess.Hook) turning a batch of outputs into
-    detections or class scores; the task is then what it returns (`task` outputs), or must be."""
+    detections, class scores, strings or (with task embedding) vectors; the task is then what it returns (`task`
+    outputs), or must be. `metric`: FILE.py:FUNCTION (or a calib.evaluate.scores.user.Metric) scoring each sample
+    of a configuration against FP32 (calib.evaluate.scores); its figure is named after the function and ranks the
+    configurations."""
+    from calib.calibrate import check_batch
     from calib.data.arrays import as_source
+    from calib.runners.feed import fed
+    from calib.data.feeding import laid_out
 
     hook = load_hook(postprocess) if isinstance(postprocess, str) else postprocess
+    user = load_metric(metric) if isinstance(metric, str) else metric
     if hook is None:
         check_task(model, task, detection.format if task == "detection" else None)
-    elif task not in ("outputs", "classification", "detection"):
-        raise DataError(f"{hook.label}: a postprocess hook gives detections or class scores, not task '{task}'")
+    elif task not in ("outputs", "classification", "detection", "text", "embedding"):
+        raise DataError(f"{hook.label}: a postprocess hook gives detections, class scores, strings or vectors, not "
+                        f"task '{task}'")
     info = fix_input_shapes(inspect_model(model), input_shapes or {}, called("input_shapes", option_names))
-    source = as_source(source, info.inputs, batch_size)
+    info = laid_out(model, info, batch_axes, consts, called("inputs.batch_axis", option_names))
+    source = as_source(source, info, batch_size, consts=consts, option_names=option_names)
     configs = _configs(caches, info, checks)
-    engines = dict(engines or {})
+    engines = {n: fed(r, info.layout) for n, r in (engines or {}).items()}
     clash = set(engines) & set(configs)
     if clash:
         raise DataError(f"configuration name '{sorted(clash)[0]}' is both a cache and an engine")
@@ -94,6 +106,7 @@ def evaluate(model, caches: dict, source, task: str = "outputs", detection: Dete
     comps = {n: Comparison(n, outputs=tuple(info.outputs)) for n in names}
     cls = {n: Classification() for n in names}
     det = DetectionTally(detection, names, info.outputs, decoder=hook) if task == "detection" else None
+    tally = ScoreTally(metric=user) if user is not None else None
     perturbed = {n for n, r in engines.items() if layerwise and getattr(r, "perturbed", False)}  # compare every output
     n = 0
     groups, labelled_groups = [], []  # per sample: its group (crops of one photo share one), for the bootstrap
@@ -105,11 +118,14 @@ def evaluate(model, caches: dict, source, task: str = "outputs", detection: Dete
                 runs = evaluation_samples(model, info, budget, read, fixed, 1 + len(configs), batch, layerwise,
                                           switch)
                 sim.micro_batch = runs
+            if n == 0:
+                check_batch(batch, info, getattr(source, "label", "evaluation data"), option_names)
             gs = [group_of(s, n + j) for j, s in enumerate(samples)]
             groups += gs
             labelled_groups += [g for s, g in zip(samples, gs) if _labelled(s)]
             ref, tests = sim.compare(batch, comps, keep_reference=bool(perturbed),
-                                     keep_outputs=bool(engines) or task != "outputs" or hook is not None)
+                                     keep_outputs=bool(engines) or task != "outputs" or hook is not None
+                                     or user is not None)
             for name, runner in engines.items():
                 tests[name] = runner.run(batch, None if name in perturbed else list(info.outputs))
                 comps[name].update(ref, tests[name])
@@ -117,6 +133,10 @@ def evaluate(model, caches: dict, source, task: str = "outputs", detection: Dete
                 task = hook_task(hook, ref, task, info.outputs)
                 if task == "detection" and det is None:
                     det = DetectionTally(detection, names, info.outputs, decoder=hook)
+                if task in ("text", "embedding"):
+                    tally = ScoreTally("text" if task == "text" else "vectors", user)
+            if tally is not None:
+                _tally(tally, hook, ref, tests, info.outputs)
             if task == "classification":
                 labels = [getattr(s, "label", None) for s in samples]
                 r = _scores(hook, ref, info.outputs)
@@ -146,6 +166,12 @@ def evaluate(model, caches: dict, source, task: str = "outputs", detection: Dete
                 entry["perturbed"] = True  # every tensor marked as an output: not the deployed engine
         if task == "classification":
             entry["task"] = cls[name].result()
+        if tally is not None:
+            got = tally.entry(name)
+            if tally.kind is not None:
+                entry["task"] = got
+            if user is not None:
+                entry["scores"] = {user.key: got[user.key]}
         elif task == "embedding":
             x = confidence.sample_cosines(c)
             entry["task"] = {"mean_cosine": float(x.mean()), "min_cosine": float(x.min()), "samples": int(x.size)}
@@ -154,22 +180,38 @@ def evaluate(model, caches: dict, source, task: str = "outputs", detection: Dete
         result["configs"][name] = entry
     if hook is not None or det is not None:
         result["decoder"] = hook.describe() if hook is not None else det.describe()
+    if user is not None:
+        result["metric"] = user.describe()
     if det_res is not None:
         result["fp32_task"] = det_res["fp32"]
         result["fp32_boxes"] = det_res["fp32_boxes"]
         result["conf_threshold"] = detection.conf_threshold  # what makes a box a reference box
-    _intervals(result, names, task, info.outputs, comps, cls, det, groups, labelled_groups)
+    _intervals(result, names, task, info.outputs, comps, cls, det, groups, labelled_groups, tally)
     return result
 
 
 def hook_task(hook, ref: dict, task: str, outputs) -> str:
-    """The task a postprocess hook's result on the first FP32 batch scores: detection or classification
-    (`task` outputs takes it; another task must be it)."""
+    """The task a postprocess hook's result on the first FP32 batch scores: detection, classification or text
+    (`task` outputs takes it; another task must be it); vectors [N, D] with task embedding: embedding."""
     kind, _ = hook({o: ref[o] for o in outputs})
+    if task == "embedding" and kind == "classification":
+        return task
     if task not in ("outputs", kind):
         shown = "class scores [N, C]" if kind == "classification" else "detections"
         raise DataError(f"{hook.label} returned {shown}, which task '{task}' cannot score (task {kind} does)")
     return kind
+
+
+def _tally(tally, hook, ref: dict, tests: dict, outputs) -> None:
+    """Fold one batch into the per-sample scores: the hook's strings or vectors, the user's metric on the
+    outputs."""
+    r_in = {o: ref[o] for o in outputs}
+    r_post = hook(r_in)[1] if hook is not None and tally.kind is not None else None
+    n = len(next(iter(r_in.values())))
+    for name, test in tests.items():
+        t_in = {o: test[o] for o in outputs}
+        t_post = hook(t_in)[1] if r_post is not None else None
+        tally.update(name, r_post, t_post, r_in, t_in, n)
 
 
 def _scores(hook, outputs: dict, names) -> object:
@@ -187,7 +229,8 @@ def _labelled(sample) -> bool:
     return lab is not None and lab >= 0
 
 
-def _intervals(result: dict, names, task: str, outputs, comps, cls, det, groups=None, labelled_groups=None) -> None:
+def _intervals(result: dict, names, task: str, outputs, comps, cls, det, groups=None, labelled_groups=None,
+               tally=None) -> None:
     """Each configuration's figures with 95 % intervals over samples ("intervals"; over groups of samples where
     they carry groups), FP32's own figures against labels ("fp32_intervals") and every pair of configurations
     compared on the primary metric ("paired")."""
@@ -197,7 +240,7 @@ def _intervals(result: dict, names, task: str, outputs, comps, cls, det, groups=
         f, r = confidence.output_figures(comps[name], lowest=task == "outputs", groups=groups)
         if task == "classification":
             f2, r2 = confidence.classification_figures(cls[name], groups=groups, labelled_groups=labelled_groups)
-        elif task == "embedding":
+        elif task == "embedding" and not (tally is not None and tally.kind == "vectors"):
             f2, r2 = confidence.embedding_figures(comps[name], groups=groups)
         elif det is not None:
             f2, r2 = confidence.detection_figures(result["configs"][name]["task"], det.matches[name],
@@ -206,6 +249,9 @@ def _intervals(result: dict, names, task: str, outputs, comps, cls, det, groups=
             f2, r2 = {**f2, **f3}, {**r2, **r3}
         else:
             f2, r2 = {}, {}
+        if tally is not None:
+            ft, rt = tally.figures(name, groups)
+            f2, r2 = {**f2, **ft}, {**r2, **rt}
         figs[name], reps[name] = {**f2, **f}, {**r2, **r}
         result["configs"][name]["intervals"] = figs[name]
     fp32, fp32_reps = {}, {}
@@ -223,7 +269,7 @@ def _intervals(result: dict, names, task: str, outputs, comps, cls, det, groups=
         if drop is not None:
             figs[name]["drop"] = drop
     result["fp32_intervals"] = fp32
-    key = confidence.primary_metric(task, outputs)
+    key = (tally.primary() if tally is not None else None) or confidence.primary_metric(task, outputs)
     result["primary_metric"] = key
     result["paired"] = confidence.paired(names, figs, reps, key, cls if task == "classification" else None,
                                          groups)

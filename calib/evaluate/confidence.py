@@ -29,6 +29,8 @@ LABELS = {
     "min_output_sqnr_db": "lowest output SQNR (dB)",
     "mean_cosine": "mean cosine to FP32 (per sample)",
     "min_cosine": "lowest cosine to FP32 (one sample)",
+    "exact_match_vs_fp32": "exact match with FP32's text",
+    "cer_vs_fp32": "character error rate vs FP32's text (lower is better)",
 }
 
 
@@ -49,6 +51,8 @@ def primary_metric(task: str, outputs) -> str:
         return "map50_95_vs_fp32"
     if task == "embedding":
         return "mean_cosine"
+    if task == "text":
+        return "exact_match_vs_fp32"
     outputs = list(outputs)
     return f"{outputs[0]}_sqnr_db" if len(outputs) == 1 else "min_output_sqnr_db"
 
@@ -76,7 +80,8 @@ def drop_figure(task: str, figs: dict, reps: dict, fp32: dict, fp32_reps: dict) 
     """The accuracy drop with its interval, as calib.evaluate.report.drop defines it: FP32's score against the
     labels minus this configuration's (a paired difference: the same resamples), else 1 - the agreement with
     FP32 (top-1 agreement, mAP50:95 against FP32's boxes)."""
-    pairs = {"classification": ("top1", "agreement_top1"), "detection": ("map50_95_labels", "map50_95_vs_fp32")}
+    pairs = {"classification": ("top1", "agreement_top1"), "detection": ("map50_95_labels", "map50_95_vs_fp32"),
+             "text": (None, "exact_match_vs_fp32")}
     if task not in pairs:
         return None
     labelled, vs_fp32 = pairs[task]

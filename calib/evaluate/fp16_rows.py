@@ -9,21 +9,23 @@ from calib.quantize.fp16_model import make_fp16_model
 
 
 def add_fp16_rows(result: dict, algo: str, qdq: onnx.ModelProto, fp16: onnx.ModelProto, model_path, source, recipe,
-                  budget, hook) -> list[str]:
+                  budget, hook, metric=None) -> list[str]:
     """Compare the Q/DQ model as written (FP32 float layers) and its FP16+INT8 model with FP32 on the evaluation
     data, on the same samples (paired); their rows join `result` as `<algo> qdq` and `<algo> qdq-fp16`."""
     from calib.deploy.emulate import Fp16Runner
     from calib.evaluate.api import evaluate
     from calib.io.memory import release
+    from calib.recipe import feeding
 
     release()  # the first evaluation's sessions and copies: handed back before the budget counts what is held
     names = [f"{algo} qdq", f"{algo} qdq-fp16"]
     engines = {names[0]: Fp16Runner(qdq, names[0], backend="onnxruntime (Q/DQ model as written)"),
                names[1]: Fp16Runner(fp16, names[1])}
     release()
+    axes, consts = feeding(recipe)
     res = evaluate(model_path, {}, source, recipe.evaluation.task, recipe.evaluation.detection, layerwise=False,
                    engines=engines, memory_budget=budget, input_shapes=recipe.input_shapes, postprocess=hook,
-                   batch_size=recipe.evaluation.batch_size)
+                   metric=metric, batch_size=recipe.evaluation.batch_size, batch_axes=axes, consts=consts)
     for n in names:
         result["configs"][n] = res["configs"][n]
     return names

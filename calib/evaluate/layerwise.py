@@ -13,6 +13,7 @@ from calib.io.memory import release
 from calib.quantize.model import ModelInfo, initializers_not_inputs
 from calib.quantize.opset import at_qdq_opset
 from calib.quantize.qdq import Exclusions, count_qdq
+from calib.runners.feed import fed
 from calib.runners.onnxruntime import OrtRunner
 
 log = logging.getLogger(__name__)
@@ -80,7 +81,7 @@ class Simulator:
         expose = list(info.activations) if layerwise else []
         self.outputs = list(info.outputs)
         self.names = list(dict.fromkeys(self.outputs + expose))
-        self.ref = OrtRunner(proto, expose=expose, spin=False, lean=True, label=str(model_path))
+        self.ref = fed(OrtRunner(proto, expose=expose, spin=False, lean=True, label=str(model_path)), info.layout)
         release()  # each session's set-up copies (model bytes, parsed graph) back before the next one
         self.tests = {}
         exclude, precision = exclude or {}, precision or {}
@@ -88,7 +89,8 @@ class Simulator:
         for name, amax in configs.items():
             q = simulated_model(qproto, amax, precision.get(name), exclude.get(name, Exclusions()))
             log.info("%s: INT8 simulation with %d Q/DQ pairs", name, count_qdq(q))
-            self.tests[name] = OrtRunner(q, expose=expose, spin=False, lean=True, label=f"{model_path} ({name})")
+            self.tests[name] = fed(OrtRunner(q, expose=expose, spin=False, lean=True, label=f"{model_path} ({name})"),
+                                   info.layout)
             del q
             release()
         del proto, qproto

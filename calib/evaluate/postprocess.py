@@ -4,7 +4,8 @@ The function takes {output name: numpy array [N, ...]} (one batch) and returns e
   detections: a list of N items, one per image, each (boxes [K, 4] xyxy in input pixels, scores [K], classes [K])
               as a tuple or a dict with those keys; every candidate may be returned: calib applies the confidence
               threshold, class-wise NMS and the detection limit (evaluation.detection) itself;
-  class scores: one array [N, C].
+  class scores: one array [N, C] (with task embedding: vectors, compared by cosine);
+  strings: a list of N str (exact match and character error rate against FP32's).
 The file is loaded from its path (importlib), never from the import path; every error names the file and the
 function, and a result of another structure is refused in one line saying what was expected.
 """
@@ -21,7 +22,8 @@ from calib.errors import DataError, ModelError
 from calib.io.files import read_bounded
 
 MAX_HOOK_BYTES = 16 << 20
-EXPECTED = ("a list of {n} (boxes [K, 4] xyxy, scores [K], classes [K]), one per image, or class scores [{n}, C]")
+EXPECTED = ("a list of {n} (boxes [K, 4] xyxy, scores [K], classes [K]), one per image, or class scores [{n}, C]"
+            " (vectors with task embedding), or a list of {n} strings")
 
 
 def parse(text: str, flag: str = "--postprocess") -> tuple[Path, str]:
@@ -137,12 +139,15 @@ def _finite(x: np.ndarray, label: str, what: str) -> None:
 
 
 def check(got, n: int, label: str) -> tuple[str, object]:
-    """('classification', scores [n, C]) or ('detection', [(boxes, scores, classes)] * n), else one line."""
+    """('classification', scores [n, C]), ('detection', [(boxes, scores, classes)] * n) or ('text', [str] * n),
+    else one line."""
     if isinstance(got, np.ndarray) and got.dtype != object:
         if got.ndim == 2 and got.shape[0] == n and np.issubdtype(got.dtype, np.number):
             _finite(got, label, "class scores")
             return "classification", got
         raise DataError(f"{label} returned {_describe(got)}: expected {EXPECTED.format(n=n)}")
+    if isinstance(got, (list, tuple)) and len(got) == n and n and all(isinstance(x, str) for x in got):
+        return "text", list(got)
     if isinstance(got, (list, tuple)) and len(got) == n:
         return "detection", [_image(item, label, j, n) for j, item in enumerate(got)]
     raise DataError(f"{label} returned {_describe(got)}: expected {EXPECTED.format(n=n)}")

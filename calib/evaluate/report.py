@@ -22,6 +22,7 @@ from calib.io.files import atomic_write_text
 MAX_LAYERS_PLOTTED = 80
 _TASK_ORDER = {"classification": ("agreement_top1", "top1", "agreement_top5"),
                "embedding": ("mean_cosine", "min_cosine"),
+               "text": ("exact_match_vs_fp32", "cer_vs_fp32"),
                "detection": ("map50_95_vs_fp32", "map50_vs_fp32", "recall_vs_fp32", "map50_95_labels", "map50_labels",
                              "recall_labels")}
 
@@ -48,6 +49,10 @@ def task_metrics(entry: dict, task: str) -> dict:
     elif task == "embedding":
         out["mean_cosine"] = t.get("mean_cosine")
         out["min_cosine"] = t.get("min_cosine")
+    elif task == "text":
+        out["exact_match_vs_fp32"] = t.get("exact_match_vs_fp32")
+        out["cer_vs_fp32"] = t.get("cer_vs_fp32")
+    out.update(entry.get("scores") or {})  # the user's metric (calib.evaluate.scores.user)
     for name, m in entry.get("outputs", {}).items():
         out[f"{name}_sqnr_db"] = m["sqnr_db"]
         out[f"{name}_cosine"] = m["cosine"]
@@ -62,6 +67,8 @@ def primary_score(entry: dict, task: str) -> float:
         return m.get("map50_95_vs_fp32") or 0.0
     if task == "embedding":
         return m.get("mean_cosine") or 0.0
+    if task == "text":
+        return m.get("exact_match_vs_fp32") or 0.0
     sq = [v for k, v in m.items() if k.endswith("_sqnr_db") and v is not None]
     return min(sq) if sq else -math.inf
 
@@ -80,6 +87,8 @@ def drop(entry: dict, task: str, fp32_task: dict | None) -> float | None:
         return None if v is None else 1.0 - v
     if task == "embedding":
         return None if t.get("mean_cosine") is None else 1.0 - t["mean_cosine"]
+    if task == "text":
+        return None if t.get("exact_match_vs_fp32") is None else 1.0 - t["exact_match_vs_fp32"]
     return None
 
 

@@ -2,6 +2,7 @@
 
 classification: one output of class scores [N, C] (or [N, C, 1, 1]);
 embedding: one output of vectors [N, D] (a sentence encoder), compared by cosine per sample;
+text: strings from the CTC head (calib.evaluate.scores.ctc) or a postprocess hook, compared with FP32's;
 detection: a head calib.evaluate.heads decodes (boxes + scores outputs, [N, A, 5 + C] YOLOv5/YOLOX, [N, 4 + C, A]
 YOLOv8), or any outputs with a postprocess hook (calib.evaluate.postprocess), which then decides the task.
 A task that does not fit is refused with one line naming the model and its outputs (an agreement computed on
@@ -15,7 +16,7 @@ import onnx
 from calib.errors import ModelError
 from calib.evaluate import heads
 
-TASKS = ("outputs", "classification", "detection", "embedding")
+TASKS = ("outputs", "classification", "detection", "embedding", "text")
 
 
 def output_shapes(model: onnx.ModelProto) -> dict[str, tuple | None]:
@@ -67,6 +68,9 @@ def check_task(model: str | Path | onnx.ModelProto, task: str, detection_format_
     if task not in TASKS:
         raise ModelError(f"unknown task '{task}' (choose from {', '.join(TASKS)})")
     found = detection_format(shapes)
+    if task == "text":
+        raise ModelError(f"{label}: {flag} text needs a decoder: the CTC head (--head ctc --charset FILE; recipe "
+                         "evaluation.charset) or a postprocess hook returning one string per sample")
     if task == "classification" and not is_classifier(shapes):
         hint = f"; use {flag} detection" if found else f"; use {flag} outputs"
         raise ModelError(f"{label}: {flag} classification needs one output of class scores [N, C]; its outputs "

@@ -11,9 +11,10 @@ import shlex
 
 from calib.evaluate.confidence import label
 
-CLOSE = {"agreement_top1": 0.99, "map50_95_vs_fp32": 0.95, "mean_cosine": 0.99}
+CLOSE = {"agreement_top1": 0.99, "map50_95_vs_fp32": 0.95, "mean_cosine": 0.99, "exact_match_vs_fp32": 0.99}
 SQNR_CLOSE_DB = 20.0
 THRESHOLDS_TEXT = ("top-1 agreement with FP32 >= 99 %, mAP50:95 vs FP32 >= 0.95, mean cosine >= 0.99, "
+                   "exact match with FP32's text >= 0.99, "
                    f"output SQNR >= {SQNR_CLOSE_DB:g} dB")
 WEIGHTED = ("Conv", "ConvTranspose", "Gemm", "MatMul")
 PROXY = ("Output SQNR and cosine are a proxy: they measure how far the raw outputs move, not what the model's own "

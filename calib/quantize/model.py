@@ -10,6 +10,7 @@ from onnx import TensorProto, numpy_helper
 
 from calib.errors import ModelError
 from calib.io.files import per_file, sha256_file
+from calib.quantize.layout import Layout
 
 log = logging.getLogger(__name__)
 
@@ -24,6 +25,7 @@ class ModelInfo:
     outputs: tuple[str, ...]
     activations: tuple[str, ...]  # float graph inputs and node outputs, topological order
     op_types: dict  # tensor name -> producing op type ("Input" for graph inputs)
+    layout: Layout = Layout()  # where each input's and output's samples are (calib.quantize.layout)
 
 
 def load_model(path: str | Path) -> onnx.ModelProto:

@@ -61,9 +61,12 @@ def fix_input_shapes(info: ModelInfo, shapes: Mapping[str, Sequence[int]], where
 
 
 def fixed_batch(info: ModelInfo) -> int | None:
-    """The number of samples every run must hold: the inputs' first dimension where the model (or
-    --input-shape) fixes it, the same for every input; None where the batch is free."""
-    firsts = {dims[0] if dims and _known(dims[0]) else None for _, dims, _ in info.inputs}
+    """The number of samples every run must hold: the inputs' batch dimension (the first, or the one
+    info.layout names) where the model (or --input-shape) fixes it, the same for every input; None where the batch
+    is free. Inputs without a batch axis (one value for every sample) do not count."""
+    lay = info.layout
+    firsts = {dims[lay.axis(n)] if dims and _known(dims[lay.axis(n)]) else None
+              for n, dims, _ in info.inputs if lay.axis(n) is not None}
     if len(firsts) == 1:
         return firsts.pop()
     return None
@@ -71,17 +74,21 @@ def fixed_batch(info: ModelInfo) -> int | None:
 
 def _sizes(model: onnx.ModelProto, info: ModelInfo, dims: Mapping[str, tuple] | None) -> tuple[dict, int] | None:
     """(float tensor -> bytes for the inputs at `dims`, samples those dims hold) from ONNX shape inference; None
-    where an input's size is not known (the batch dimension may be left free: the model's fixed batch, else 1)."""
-    dims = dict(dims or {n: d for n, d, _ in info.inputs})
+    where an input's size is not known (the batch dimension may be left free: the model's fixed batch, else 1).
+    `dims` are canonical (samples first, as a batch holds them: info.layout turns them into the model's)."""
+    lay = info.layout
+    dims = {n: lay.model_dims(n, d) for n, d in dims.items()} if dims else {n: d for n, d, _ in info.inputs}
     batch = fixed_batch(info) or 1
-    at = {}
+    at, first = {}, {}
     for name, d in dims.items():
-        d = tuple(d)
-        if d and not _known(d[0]):
-            d = (batch, *d[1:])
+        d, ax = tuple(d), lay.axis(name)
+        if ax is not None and len(d) > ax and not _known(d[ax]):
+            d = d[:ax] + (batch,) + d[ax + 1:]
         if not all(_known(x) for x in d):
             return None
         at[name] = d
+        if ax is not None:
+            first[name] = d[ax] if len(d) > ax else 1
     light = light_model(model, at)
     try:
         g = onnx.shape_inference.infer_shapes(light, data_prop=True).graph
@@ -93,7 +100,6 @@ def _sizes(model: onnx.ModelProto, info: ModelInfo, dims: Mapping[str, tuple] | 
         t = vi.type.tensor_type
         if t.HasField("shape") and all(d.HasField("dim_value") and d.dim_value > 0 for d in t.shape.dim):
             sizes[vi.name] = math.prod(int(d.dim_value) for d in t.shape.dim) * _BYTES.get(t.elem_type, 4)
-    first = {n: d[0] if d else 1 for n, d in at.items()}
     return sizes, max(first.values()) if first else 1
 
 

@@ -77,11 +77,14 @@ def input_bytes(info: ModelInfo, batch: dict | None = None) -> int:
     """Bytes of one sample's inputs: from `batch` where given, else from the model's (known) input sizes."""
     if batch is not None:
         return sum(v[:1].nbytes for v in batch.values())
-    return sum(math.prod(int(d or 1) for d in dims[1:]) * _ITEMSIZE.get(et, 4) for _, dims, et in info.inputs)
+    lay = info.layout
+    return sum(math.prod(int(d or 1) for d in lay.canonical_dims(n, dims)[1:]) * _ITEMSIZE.get(et, 4)
+               for n, dims, et in info.inputs)
 
 
 def describe(info: ModelInfo, batch: dict | None = None) -> str:
-    dims = {n: (batch[n].shape if batch is not None and n in batch else d) for n, d, _ in info.inputs}
+    dims = {n: (batch[n].shape if batch is not None and n in batch else info.layout.canonical_dims(n, d))
+            for n, d, _ in info.inputs}
     return f"{info.path.name} ({', '.join(f'{n} {dims_text(d[1:])}' for n, d in dims.items())} per sample)"
 
 
@@ -112,7 +115,7 @@ def evaluation_samples(model_path, info: ModelInfo, budget: Budget, batch_size: 
     from calib.quantize.shapes import live_bytes
 
     dims = {k: v.shape for k, v in batch.items()} if batch is not None else None
-    if dims is None and any(d is None for _, s, _ in info.inputs for d in s[1:]):
+    if dims is None and any(d is None for n, s, _ in info.inputs for d in info.layout.canonical_dims(n, s)[1:]):
         return None
     proto = load_model(model_path)
     alive = live_bytes(proto, info, dims)
