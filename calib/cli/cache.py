@@ -100,9 +100,10 @@ def cache_diff(a, b, top, ignore_sidecar):
 @click.option("--ignore-hash", is_flag=True, help="Use a cache whose sidecar names another model.")
 @click.option("--allow-unknown", is_flag=True, help="Use a cache naming tensors the model lacks (ignored).")
 @click.option("--int8-weights", is_flag=True, help="Q/DQ: store weights as INT8 initializers (4x smaller file).")
-@click.option("--quantize-stem-output", is_flag=True,
-              help="Q/DQ: also quantize the output of a stem Conv (<= 4 input channels) before its LeakyRelu, "
-                   "which TensorRT 8.6 leaves unfused (YOLOv3-tiny's layer0).")
+@click.option("--quantize-stem-output/--keep-stem-output-float", default=True, show_default=True,
+              help="Q/DQ: quantize the output of a stem Conv (<= 4 input channels) before its LeakyRelu, which "
+                   "TensorRT 8.6 leaves unfused (YOLOv3-tiny's layer0): the Q/DQ engine then runs as fast as the "
+                   "implicit one, at its accuracy; --keep-stem-output-float: one rounding fewer, slower engine.")
 @click.option("--allow-float-weights", is_flag=True,
               help="Q/DQ: write the model even where a layer's input gets Q/DQ but its weight stays float "
                    "(refused by default: TensorRT cannot run that layer in INT8).")
@@ -176,11 +177,29 @@ def cache_convert(file, model, fmt, carrier, trt_version, exclude, ignore_hash, 
         return
     q = insert_qdq(qproto, c.amaxes(), ex, int8_weights=int8_weights,
                    stem_output=quantize_stem_output)
+    _say_stem(qproto, ex, quantize_stem_output)
     cov = weight_coverage(q)
     check_float_weights(cov, model, allow_float_weights, "--allow-float-weights")
     atomic_write_bytes(out, q.SerializeToString())
     kept = f"; {len(like)} layers left in float as in {like_engine}" if like_engine else ""
     click.echo(f"wrote {out} ({count_qdq(q)} Q/DQ pairs; {cov.describe()}; {describe_opset(q)}{kept})")
+
+
+def _say_stem(proto, ex, quantized: bool) -> None:
+    """Which placement the stem Conv's output got, where the choice exists."""
+    from calib.quantize.placement import stem_outputs
+
+    stems = stem_outputs(proto, ex.excludes)
+    if not stems:
+        return
+    names = ", ".join(stems)
+    if quantized:
+        click.echo(f"stem Conv output {names}: quantized (TensorRT 8.6 leaves its LeakyRelu unfused; this runs it "
+                   "in INT8, as fast as the implicit engine, at its accuracy); --keep-stem-output-float keeps it "
+                   "float: one rounding fewer, a slower engine")
+    else:
+        click.echo(f"stem Conv output {names}: kept float (--keep-stem-output-float): its Conv writes FP16 and the "
+                   "LeakyRelu runs in FP16 on TensorRT 8.6 (slower than the implicit engine)")
 
 
 def _write_fp16(proto, c, ex, int8_weights, io_type, ranges, stem_output, model, allow_float_weights, out,
@@ -232,6 +251,6 @@ def cache_migrate(ctx, file, model, out, ranges, io_type, exclude, int8_weights,
     with `trtexec --onnx=OUT` (TensorRT 11, strongly typed) or `trtexec --onnx=OUT --stronglyTyped` (10.x)."""
     ctx.invoke(cache_convert, file=file, model=model, fmt="qdq", carrier="EntropyCalibration2", trt_version=None,
                exclude=exclude, ignore_hash=ignore_hash, allow_unknown=allow_unknown, int8_weights=int8_weights,
-               quantize_stem_output=False, allow_float_weights=False, like_engine=None, allow_qdq=False,
+               quantize_stem_output=True, allow_float_weights=False, like_engine=None, allow_qdq=False,
                float_type="fp16", io_type=io_type, ranges=ranges, ignore_sidecar=ignore_sidecar,
                allow_partial=allow_partial, out=out)

@@ -51,7 +51,7 @@ class Fp16Model:
 
 def make_fp16_model(model: onnx.ModelProto, amax: dict, ranges: dict | None = None, ranges_from: str | None = None,
                     exclude: Exclusions = Exclusions(), int8_weights: bool = False, io_type: str = "fp32",
-                    stem_output: bool = False, label: str | None = None, tail: bool = True) -> Fp16Model:
+                    stem_output: bool = True, label: str | None = None, tail: bool = True) -> Fp16Model:
     """The FP16+INT8 model of `model` with activation amax `amax`. `ranges`: tensor -> absolute maximum over the
     calibration pass (None: the amax table stands in, a lower bound); layers in `exclude` stay float (FP16)."""
     m19 = at_qdq_opset(model, label, FP16_QDQ_OPSET)

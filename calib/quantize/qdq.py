@@ -160,14 +160,14 @@ def _set_kernel_shape(node, shape: tuple) -> None:
 def insert_qdq(model: onnx.ModelProto, amax: dict, exclude: Exclusions = Exclusions(),
                per_channel: bool = True, weights: bool = True, activations: bool = True,
                int8_weights: bool = False, label: str | None = None,
-               stem_output: bool = False) -> onnx.ModelProto:
+               stem_output: bool = True) -> onnx.ModelProto:
     """A copy of `model` with Q/DQ pairs; `amax` maps activation tensor names to their amax.
 
     A model below opset 13 is converted first (calib.quantize.opset; `label` names it in errors); the copy's
     metadata says its opset. The amax table goes through TensorRT's scale ties first (calib.quantize.ties), so a
     cache and its Q/DQ model agree. weights=False or activations=False leaves that kind in float (to tell which
-    of the two costs accuracy); stem_output: also quantize a stem Conv's output before its LeakyRelu
-    (calib.quantize.placement)."""
+    of the two costs accuracy); stem_output: quantize a stem Conv's output before its LeakyRelu (the default:
+    TensorRT 8.6's speed; False keeps it float, a little more accurate; calib.quantize.placement)."""
     m = at_qdq_opset(model, label)
     if m is model:
         m = onnx.ModelProto()
