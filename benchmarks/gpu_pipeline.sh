@@ -93,6 +93,19 @@ case $1 in
             > "$R/fp16-mbv2.log" 2>&1
           echo "exit $?" >> "$R/fp16-mbv2.log"
           ;;
+        l3-yolov3-tiny)  # issue 40: level 3, batch 4 then 1: the default placement (stem output quantized) beside
+          # --keep-stem-output-float, the implicit engine and FP16
+          for b in ${L3_BATCHES:-4 1}; do
+            QDQ_DEADLINE=${Y3_DEADLINE:-1500} qdq yolov3-tiny 3 "$b" implicit,calib-qdq,calib-qdq-float-stem,fp16 \
+              /tmp/qdq22/yolov3-tiny-l3-b$b 1600 > "$R/l3-yolov3-tiny-b$b.log" 2>&1
+            echo "exit $?" >> "$R/l3-yolov3-tiny-b$b.log"
+          done
+          ;;
+        l3-yolov8n)  # issue 40: level 3, batch 4: the default placement beside the implicit engine and FP16
+          QDQ_DEADLINE=${Y8_DEADLINE:-1500} qdq yolov8n 3 4 implicit,calib-qdq,fp16 /tmp/qdq22/yolov8n-l3-b4 1600 \
+            > "$R/l3-yolov8n-b4.log" 2>&1
+          echo "exit $?" >> "$R/l3-yolov8n-b4.log"
+          ;;
         gpu-tests)  # the GPU tests of the tree (level 1), capped at TESTS_S
           timeout "${TESTS_S:-400}" python3.10 -m pytest -m gpu ${GPU_TESTS:-tests/gpu} -q -p no:cacheprovider \
             > "$R/pytest-gpu.log" 2>&1
