@@ -67,8 +67,8 @@ def slow(self, *a, **k):
     if how == "blocked":  # the main thread does not take the signals: the kernel hands them to another thread
         import signal
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
-    print("staged", flush=True)
-    try:
+    try:  # "staged" inside the try: a signal right after it must meet the except below
+        print("staged", flush=True)
         time.sleep(60)  # ... and the process stopped here
     except KeyboardInterrupt:
         if how != "swallowed":
