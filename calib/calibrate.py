@@ -16,6 +16,7 @@ from onnx import TensorProto
 from calib.algorithms import registry
 from calib.data.arrays import as_source
 from calib.data.feeding import laid_out
+from calib.data.folding import fold_model, keep_folded
 from calib.data.prefetch import prefetch
 from calib.data.rebatch import FixedBatches, rows
 from calib.errors import CalibError, DataError, called
@@ -374,13 +375,16 @@ def calibrate(model: str | Path, data, algorithms=ALL_ALGORITHMS, params: dict |
     warmup.start()
     info = fix_input_shapes(inspect_model(model), input_shapes or {}, called("input_shapes", option_names))
     info = laid_out(model, info, batch_axes, consts, called("inputs.batch_axis", option_names))
+    given, (model, info) = model, fold_model(model, info, consts, called("inputs.const", option_names))
     label = str(data) if isinstance(data, (str, Path)) else getattr(data, "label", "calibration data")
-    inputs = [model] + ([data] if isinstance(data, (str, Path)) else [])  # never replaced in `out`
+    inputs = [given] + ([data] if isinstance(data, (str, Path)) else [])  # never replaced in `out`
     data = as_source(data, info, batch_size, preprocess, consts, option_names)
 
     def run(stage: Path | None) -> CalibrationResult:
         nonlocal model, info
         equalized = None
+        if stage is not None:  # the caches are for the folded model: written beside them
+            keep_folded(model, given, stage)
         if equalize:
             from calib.equalize import equalize_file
 

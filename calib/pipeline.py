@@ -11,6 +11,7 @@ import onnx
 
 from calib.calibrate import collect, compute_all, needs_tensorrt_grid
 from calib.data.feeding import laid_out
+from calib.data.folding import fold_model
 from calib.data.sources import make_source
 from calib.deploy.plugins import cut_file
 from calib.errors import RecipeError
@@ -71,12 +72,13 @@ def equalize_model(model_path: Path, source, stage: Path):
     return out, inspect_model(out), done
 
 
-def _deployed_file(deployed: Path, model_path: Path, plugins, equalized, out) -> Path:
+def _deployed_file(deployed: Path, model_path: Path, plugins, written: bool, out) -> Path:
     """The model the report's deploy commands build, where it lies once the run is published: the whole model
-    for one with plugins (TensorRT loads them), the equalized model in the output folder, else the model."""
+    for one with plugins (TensorRT loads them), the model the run `written` (equalized, folded) in the output folder,
+    else the model."""
     if plugins:
         return deployed
-    if equalized is not None:
+    if written:
         return Path(out) / Path(model_path).name
     return Path(model_path)
 
@@ -164,6 +166,7 @@ def _run(recipe: Recipe, stage: Path, final: Path | None = None) -> None:
     info = fix_input_shapes(inspect_model(model_path), recipe.input_shapes, f"{recipe.source}: input_shapes")
     batch_axes, consts = feeding(recipe)
     info = laid_out(model_path, info, batch_axes, consts, f"{recipe.source}: inputs.batch_axis")
+    unfolded, (model_path, info) = model_path, fold_model(model_path, info, consts, f"{recipe.source}: inputs", stage)
     budget = Budget(parse_size(recipe.memory_budget, "memory_budget"), "memory_budget")
     deployed = Path(original if plugins else model_path)  # what TensorRT builds and the Q/DQ model is made of
     log.info("calib %s, recipe %s, model %s (%d tensors to calibrate)", __version__, recipe.source,
@@ -206,7 +209,7 @@ def _run(recipe: Recipe, stage: Path, final: Path | None = None) -> None:
     amax, used, secs = compute_all(stats, info.activations, c.algorithms, _params(recipe), model=model_path)
     have = set(stats.names())
     ranges = {t: float(stats.absmax(t)) for t in info.activations if t in have}
-    files = [model_path.name] if plugins else []
+    files = [model_path.name] if plugins or model_path != unfolded else []
     side_extra = {"recipe": Path(recipe.source).name, "preprocess": dataclasses.asdict(recipe.preprocess)}
     for algo in c.algorithms:
         p = cachefmt.write_cache(stage / f"{algo}.cache", amax[algo], c.trt_version, c.carrier)
@@ -277,7 +280,8 @@ def _run(recipe: Recipe, stage: Path, final: Path | None = None) -> None:
               "precision_model": {**pm.to_json(), "text": pm.describe()},
               "fp32_task": result.get("fp32_task"), "summary": summ, "qdq_model": qdq_name, "files": files,
               "decoder": result.get("decoder"),
-              "model_file": str(_deployed_file(deployed, model_path, plugins, equalized, final or recipe.output)),
+              "model_file": str(_deployed_file(deployed, model_path, plugins,
+                                            equalized is not None or model_path != unfolded, final or recipe.output)),
               "out_dir": str(final or recipe.output),
               "caches": {a: f"{final or recipe.output}/{a}.cache" for a in c.algorithms}}
     report["ranges"] = "ranges.json"
