@@ -12,6 +12,8 @@ import onnx
 from calib.calibrate import collect, compute_all, needs_tensorrt_grid
 from calib.data.feeding import laid_out
 from calib.data.folding import fold_model
+from calib.data.images import shrink_note
+from calib.runners.reshape import reshape_model
 from calib.data.sources import make_source
 from calib.deploy.plugins import cut_file
 from calib.errors import RecipeError
@@ -163,10 +165,12 @@ def _run(recipe: Recipe, stage: Path, final: Path | None = None) -> None:
         log.info("%s: plugin %s; calibrating and simulating the graph before it (%s), TensorRT builds the whole "
                  "model with the plugin's inputs as extra outputs", original,
                  ", ".join(sorted({p.op_type for p in plugins})), model_path.name)
-    info = fix_input_shapes(inspect_model(model_path), recipe.input_shapes, f"{recipe.source}: input_shapes")
+    info = fix_input_shapes(inspect_model(model_path), recipe.input_shapes, f"{recipe.source}: input_shapes", True)
+    unfolded, (model_path, info) = model_path, reshape_model(model_path, info, f"{recipe.source}: input_shapes",
+                                                             stage)
     batch_axes, consts = feeding(recipe)
     info = laid_out(model_path, info, batch_axes, consts, f"{recipe.source}: inputs.batch_axis")
-    unfolded, (model_path, info) = model_path, fold_model(model_path, info, consts, f"{recipe.source}: inputs", stage)
+    model_path, info = fold_model(model_path, info, consts, f"{recipe.source}: inputs", stage)
     budget = Budget(parse_size(recipe.memory_budget, "memory_budget"), "memory_budget")
     deployed = Path(original if plugins else model_path)  # what TensorRT builds and the Q/DQ model is made of
     log.info("calib %s, recipe %s, model %s (%d tensors to calibrate)", __version__, recipe.source,
@@ -209,7 +213,8 @@ def _run(recipe: Recipe, stage: Path, final: Path | None = None) -> None:
     amax, used, secs = compute_all(stats, info.activations, c.algorithms, _params(recipe), model=model_path)
     have = set(stats.names())
     ranges = {t: float(stats.absmax(t)) for t in info.activations if t in have}
-    files = [model_path.name] if plugins or model_path != unfolded else []
+    files = [model_path.name] if plugins else []
+    files += [p.name for p in sorted(stage.glob("*.onnx")) if p.name.endswith((".reshaped.onnx", ".folded.onnx"))]
     side_extra = {"recipe": Path(recipe.source).name, "preprocess": dataclasses.asdict(recipe.preprocess)}
     for algo in c.algorithms:
         p = cachefmt.write_cache(stage / f"{algo}.cache", amax[algo], c.trt_version, c.carrier)
@@ -285,6 +290,9 @@ def _run(recipe: Recipe, stage: Path, final: Path | None = None) -> None:
               "out_dir": str(final or recipe.output),
               "caches": {a: f"{final or recipe.output}/{a}.cache" for a in c.algorithms}}
     report["ranges"] = "ranges.json"
+    note = shrink_note(esrc, "x".join(map(str, info.inputs[0][1][-2:])), f"input_shapes (in {recipe.source})")
+    if note and not recipe.input_shapes and recipe.preprocess.resize is None:  # the model's own size
+        report["input_notes"] = [note]
     if fp16 is not None:
         report["fp16_model"] = fp16["file"]
         report["fp16"] = fp16

@@ -1,18 +1,16 @@
 """The model as its constant inputs fix it: an If whose condition `--const` values decide is folded before
 calibration (calib.quantize.control), and what stays inside If/Loop/Scan bodies is said in one line.
 
-The folded model is written once per process to a scratch folder (removed at exit) and, by the commands that
-publish an output folder, beside the caches as <stem>.folded.onnx: the caches and Q/DQ models are for it. The
-same model and constants give the same bytes, so `calib evaluate` with the same --const finds the caches' model.
+The folded model is written once per process to a scratch folder (calib.io.files.scratch_dir) and, by the
+commands that publish an output folder, beside the caches as <stem>.folded.onnx: the caches and Q/DQ models are for
+it. The same model and constants give the same bytes, so `calib evaluate` with the same --const finds the caches'
+model.
 """
 from __future__ import annotations
 
-import atexit
 import dataclasses
 import hashlib
 import logging
-import shutil
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -21,15 +19,7 @@ import numpy as np
 from calib.data.feeding import const_rows
 
 log = logging.getLogger(__name__)
-_SCRATCH: list[Path] = []
 _SAID: set = set()  # (model, line): what stays float is said once per process (a command folds twice)
-
-
-def _scratch() -> Path:
-    if not _SCRATCH:
-        _SCRATCH.append(Path(tempfile.mkdtemp(prefix="calib-folded-")))
-        atexit.register(shutil.rmtree, _SCRATCH[0], True)
-    return _SCRATCH[0]
 
 
 def _known(consts: Mapping[str, object], info, where: str) -> dict[str, np.ndarray]:
@@ -43,7 +33,7 @@ def fold_model(model, info, consts: Mapping[str, object] | None = None, where: s
     """(model path, info) to calibrate and simulate: `model` and `info` themselves when no If is folded, else the
     folded model written to `folder` (default: a scratch folder) and its info (inputs, their fixed shapes and
     layout as in `info`). Says what was folded, and what stays float inside bodies."""
-    from calib.io.files import atomic_write_bytes
+    from calib.io.files import atomic_write_bytes, scratch_dir
     from calib.quantize.control import BODIES, control_flow, fold_ifs
     from calib.quantize.model import inspect_model, load_model
 
@@ -58,10 +48,8 @@ def fold_model(model, info, consts: Mapping[str, object] | None = None, where: s
     if not which:
         return model, info
     data = folded.SerializeToString()
-    stem = f"{Path(model).stem}.folded"
-    if folder is None:  # one file per model and constants in the scratch folder
-        stem += "-" + hashlib.sha256(data).hexdigest()[:12]
-    path = Path(folder or _scratch()) / f"{stem}.onnx"
+    folder = folder or scratch_dir(hashlib.sha256(data).hexdigest()[:16])  # one per model and constants
+    path = Path(folder) / f"{Path(model).stem}.folded.onnx"
     atomic_write_bytes(path, data)
     given = ", ".join(f"{k}={_shown(v)}" for k, v in (consts or {}).items())
     line = (f"{model}: folded " + ", ".join(f"If '{n}' to its {b} branch" for n, b in which)
@@ -79,13 +67,12 @@ def _shown(v) -> str:
     return v.name if isinstance(v, Path) else str(v)
 
 
-def keep_folded(path: Path, model, stage: Path) -> str | None:
-    """Copy the folded model `path` (when it is one: not `model` itself) into the output `stage` as
-    <stem>.folded.onnx; its file name, or None."""
+def keep_derived(path: Path, model, stage: Path) -> str | None:
+    """Copy the model calib made of `model` (folded, reshaped: `path`, when it is not `model` itself) into the
+    output `stage` under its name; that name, or None."""
     if Path(path) == Path(model):
         return None
     from calib.io.files import atomic_write_bytes
 
-    name = f"{Path(model).stem}.folded.onnx"
-    atomic_write_bytes(Path(stage) / name, Path(path).read_bytes())
-    return name
+    atomic_write_bytes(Path(stage) / Path(path).name, Path(path).read_bytes())
+    return Path(path).name

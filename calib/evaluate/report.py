@@ -320,7 +320,7 @@ def blocks(report: dict, layer_png: str | None = None, hist_pngs=()) -> list[tup
             + (f", {s['fp32_boxes']} FP32 boxes" if s.get("fp32_boxes") is not None else "")
             + "). " + (f"Decoded by {report['decoder']}. " if report.get("decoder") else "")
             + _simulation_text(report) + " " + doc.method_text(s))
-    out += [("p", meta.strip())]
+    out += [("p", meta.strip())] + [("warn", n) for n in report.get("input_notes") or []]
     out += [("h2", "Deploy"), ("code", deploy_commands(report, ship)),
             ("h2", "What to try next"), ("list", doc.next_steps(report, s))]
     out += doc.paired_table(s)
