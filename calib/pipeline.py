@@ -13,7 +13,7 @@ from calib.calibrate import collect, compute_all, needs_tensorrt_grid
 from calib.data.feeding import laid_out
 from calib.data.folding import fold_model
 from calib.data.images import shrink_note
-from calib.runners.reshape import reshape_model
+from calib.runners.reshape import overrides_text, reshape_model
 from calib.data.sources import make_source
 from calib.deploy.plugins import cut_file
 from calib.errors import RecipeError
@@ -291,8 +291,11 @@ def _run(recipe: Recipe, stage: Path, final: Path | None = None) -> None:
               "caches": {a: f"{final or recipe.output}/{a}.cache" for a in c.algorithms}}
     report["ranges"] = "ranges.json"
     note = shrink_note(esrc, "x".join(map(str, info.inputs[0][1][-2:])), f"input_shapes (in {recipe.source})")
-    if note and not recipe.input_shapes and recipe.preprocess.resize is None:  # the model's own size
-        report["input_notes"] = [note]
+    notes = [f"input_shapes overrides what the model fixes: {overrides_text(info)}; the caches and Q/DQ model are "
+             f"for the model at that shape ({model_path.name})"] if info.overridden else []
+    notes += [note] if note and not recipe.input_shapes and recipe.preprocess.resize is None else []  # its own size
+    if notes:
+        report["input_notes"] = notes
     if fp16 is not None:
         report["fp16_model"] = fp16["file"]
         report["fp16"] = fp16

@@ -102,6 +102,9 @@ def test_run_writes_the_qdq_model_at_the_shape_and_notes_tiny_inputs(tmp_path):
                tmp_path / "o2")
     assert r.exit_code == 0, r.output
     rep = json.loads((tmp_path / "o2" / "report.json").read_text())
-    assert "input_notes" not in rep and "b10.reshaped.onnx" in rep["files"]
+    assert rep["input_notes"] == ["input_shapes overrides what the model fixes: input 'images' dimension 0 (10 -> 1), "
+                                  "dimension 2 (8 -> 64), dimension 3 (8 -> 64); the caches and Q/DQ model are for "
+                                  "the model at that shape (b10.reshaped.onnx)"]  # and no note of shrunk images
+    assert "b10.reshaped.onnx" in rep["files"]
     q = onnx.load(str(tmp_path / "o2" / rep["qdq_model"]))
     assert [d.dim_value for d in q.graph.input[0].type.tensor_type.shape.dim] == [1, 3, 64, 64]
