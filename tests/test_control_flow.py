@@ -161,3 +161,19 @@ def test_run_writes_the_folded_model_and_quantizes_its_branch(tmp_path):
     assert "If" not in ops and "narrow_conv" in {o for n in q.graph.node for o in n.output}  # sr=8000: else
     quantized = {n.input[0] for n in q.graph.node if n.op_type == "QuantizeLinear"}
     assert "x" in quantized and "w8" in quantized  # the branch's Conv reads INT8
+
+
+def test_an_if_inside_the_taken_branch_is_folded_too():
+    m = if_model()
+    inner = helper.make_node("If", ["c2"], ["feat_t"], name="inner", then_branch=_branch("wide", "w16"),
+                             else_branch=_branch("narrow", "w8"))
+    then = helper.make_graph([helper.make_node("Identity", ["is16k"], ["c2"], name="c2"), inner], "outer_then", [],
+                             [helper.make_tensor_value_info("feat_t", F32, None)])
+    nodes = [helper.make_node("If", ["is16k"], ["feat"], name="outer", then_branch=then,
+                              else_branch=_branch("other", "w8")) if n.op_type == "If" else n for n in m.graph.node]
+    del m.graph.node[:]
+    m.graph.node.extend(nodes)
+    onnx.checker.check_model(m)
+    f, which = fold_ifs(m, {"sr": np.array(16000, np.int64)})
+    assert which == [("outer", "then"), ("inner", "then")]
+    assert [n.name for n in f.graph.node] == ["is16k", "c2", "wide/conv", "wide/relu", "pool", "flat"]
