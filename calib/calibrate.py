@@ -16,6 +16,7 @@ from onnx import TensorProto
 from calib.algorithms import registry
 from calib.data.arrays import as_source
 from calib.data.feeding import laid_out
+from calib.data.folding import fold_model, keep_derived
 from calib.data.prefetch import prefetch
 from calib.data.rebatch import FixedBatches, rows
 from calib.errors import CalibError, DataError, called
@@ -23,6 +24,7 @@ from calib.io.fingerprint import fingerprint_update  # noqa: F401  (re-exported)
 from calib.io.memory import Budget, release
 from calib.io.nvtx import nvtx_range
 from calib.io.progress import bar
+from calib.runners.reshape import reshape_model
 from calib.io.publish import publish
 from calib.quantize import cache as cachefmt
 from calib.quantize.model import ModelInfo, check_fp32, inspect_model, load_model, relu_bounds
@@ -372,15 +374,19 @@ def calibrate(model: str | Path, data, algorithms=ALL_ALGORITHMS, params: dict |
     if equalize and out is None:
         raise CalibError("equalize writes the equalized model: give an output folder")
     warmup.start()
-    info = fix_input_shapes(inspect_model(model), input_shapes or {}, called("input_shapes", option_names))
+    info = fix_input_shapes(inspect_model(model), input_shapes or {}, called("input_shapes", option_names), True)
+    given, (model, info) = model, reshape_model(model, info, called("input_shapes", option_names))
     info = laid_out(model, info, batch_axes, consts, called("inputs.batch_axis", option_names))
+    model, info = fold_model(model, info, consts, called("inputs.const", option_names))
     label = str(data) if isinstance(data, (str, Path)) else getattr(data, "label", "calibration data")
-    inputs = [model] + ([data] if isinstance(data, (str, Path)) else [])  # never replaced in `out`
+    inputs = [given] + ([data] if isinstance(data, (str, Path)) else [])  # never replaced in `out`
     data = as_source(data, info, batch_size, preprocess, consts, option_names)
 
     def run(stage: Path | None) -> CalibrationResult:
         nonlocal model, info
         equalized = None
+        if stage is not None:  # the caches are for the folded model: written beside them
+            keep_derived(model, given, stage)
         if equalize:
             from calib.equalize import equalize_file
 

@@ -11,6 +11,9 @@ import onnx
 
 from calib.calibrate import collect, compute_all, needs_tensorrt_grid
 from calib.data.feeding import laid_out
+from calib.data.folding import fold_model
+from calib.data.images import shrink_note
+from calib.runners.reshape import overrides_text, reshape_model
 from calib.data.sources import make_source
 from calib.deploy.plugins import cut_file
 from calib.errors import RecipeError
@@ -71,12 +74,13 @@ def equalize_model(model_path: Path, source, stage: Path):
     return out, inspect_model(out), done
 
 
-def _deployed_file(deployed: Path, model_path: Path, plugins, equalized, out) -> Path:
+def _deployed_file(deployed: Path, model_path: Path, plugins, written: bool, out) -> Path:
     """The model the report's deploy commands build, where it lies once the run is published: the whole model
-    for one with plugins (TensorRT loads them), the equalized model in the output folder, else the model."""
+    for one with plugins (TensorRT loads them), the model the run `written` (equalized, folded) in the output folder,
+    else the model."""
     if plugins:
         return deployed
-    if equalized is not None:
+    if written:
         return Path(out) / Path(model_path).name
     return Path(model_path)
 
@@ -161,9 +165,12 @@ def _run(recipe: Recipe, stage: Path, final: Path | None = None) -> None:
         log.info("%s: plugin %s; calibrating and simulating the graph before it (%s), TensorRT builds the whole "
                  "model with the plugin's inputs as extra outputs", original,
                  ", ".join(sorted({p.op_type for p in plugins})), model_path.name)
-    info = fix_input_shapes(inspect_model(model_path), recipe.input_shapes, f"{recipe.source}: input_shapes")
+    info = fix_input_shapes(inspect_model(model_path), recipe.input_shapes, f"{recipe.source}: input_shapes", True)
+    unfolded, (model_path, info) = model_path, reshape_model(model_path, info, f"{recipe.source}: input_shapes",
+                                                             stage)
     batch_axes, consts = feeding(recipe)
     info = laid_out(model_path, info, batch_axes, consts, f"{recipe.source}: inputs.batch_axis")
+    model_path, info = fold_model(model_path, info, consts, f"{recipe.source}: inputs", stage)
     budget = Budget(parse_size(recipe.memory_budget, "memory_budget"), "memory_budget")
     deployed = Path(original if plugins else model_path)  # what TensorRT builds and the Q/DQ model is made of
     log.info("calib %s, recipe %s, model %s (%d tensors to calibrate)", __version__, recipe.source,
@@ -207,6 +214,7 @@ def _run(recipe: Recipe, stage: Path, final: Path | None = None) -> None:
     have = set(stats.names())
     ranges = {t: float(stats.absmax(t)) for t in info.activations if t in have}
     files = [model_path.name] if plugins else []
+    files += [p.name for p in sorted(stage.glob("*.onnx")) if p.name.endswith((".reshaped.onnx", ".folded.onnx"))]
     side_extra = {"recipe": Path(recipe.source).name, "preprocess": dataclasses.asdict(recipe.preprocess)}
     for algo in c.algorithms:
         p = cachefmt.write_cache(stage / f"{algo}.cache", amax[algo], c.trt_version, c.carrier)
@@ -277,10 +285,17 @@ def _run(recipe: Recipe, stage: Path, final: Path | None = None) -> None:
               "precision_model": {**pm.to_json(), "text": pm.describe()},
               "fp32_task": result.get("fp32_task"), "summary": summ, "qdq_model": qdq_name, "files": files,
               "decoder": result.get("decoder"),
-              "model_file": str(_deployed_file(deployed, model_path, plugins, equalized, final or recipe.output)),
+              "model_file": str(_deployed_file(deployed, model_path, plugins,
+                                            equalized is not None or model_path != unfolded, final or recipe.output)),
               "out_dir": str(final or recipe.output),
               "caches": {a: f"{final or recipe.output}/{a}.cache" for a in c.algorithms}}
     report["ranges"] = "ranges.json"
+    note = shrink_note(esrc, "x".join(map(str, info.inputs[0][1][-2:])), f"input_shapes (in {recipe.source})")
+    notes = [f"input_shapes overrides what the model fixes: {overrides_text(info)}; the caches and Q/DQ model are "
+             f"for the model at that shape ({model_path.name})"] if info.overridden else []
+    notes += [note] if note and not recipe.input_shapes and recipe.preprocess.resize is None else []  # its own size
+    if notes:
+        report["input_notes"] = notes
     if fp16 is not None:
         report["fp16_model"] = fp16["file"]
         report["fp16"] = fp16

@@ -123,6 +123,7 @@ output: out
     assert rep["fp16_model"] == f"tiny.{best}.fp16.qdq.onnx" and (out / rep["fp16_model"]).is_file()
     assert rep["fp16"]["rows"] == [f"{best} qdq", f"{best} qdq-fp16"]
     assert set(rep["fp16"]["rows"]) <= set(rep["evaluation"]["configs"])
+    assert [c for c in rep["summary"]["paired"] if {c["a"], c["b"]} == set(rep["fp16"]["rows"])]  # the Deploy's
     ranges = json.loads((out / "ranges.json").read_text())["absmax"]
     assert 0.5 < ranges["input"] <= 1.0  # /255 pixels
     check(onnx.load(str(out / rep["fp16_model"])))

@@ -41,7 +41,7 @@ def _sqnr(ref, got) -> float:
 CASES = {  # model -> the FP32 rules its FP16+INT8 model shows (minmax scales on these samples)
     "yolov3-tiny": set(),  # its box decoding stays below 2048
     "yolov8n-320": {"reduction"},  # the DFL Softmax
-    "minilm-l6": {"reduction", "variance"},
+    "minilm-l6": {"reduction", "variance", "underflow"},  # Max(count, 1e-9), Max(norm, 1e-12) before their Divs
     "mobilenet_v2": set(),
 }
 TOLERANCE_DB = 1.0  # FP16 rounding moves some INT8 roundings: the two land near each other against FP32, not equal

@@ -299,10 +299,14 @@ def _text_source(args: DataArgs, info, images_only: list, batch_size: int):
 def feed_options(model, info, batch_axes, consts):
     """(info with its layout, consts) from --batch-axis and --const as typed."""
     from calib.data.feeding import laid_out, parse_consts
+    from calib.data.folding import fold_model
+    from calib.runners.reshape import reshape_model
     from calib.quantize.layout import batch_axes_text
 
     values = parse_consts(consts, "--const")
-    return laid_out(model, info, batch_axes_text(batch_axes, "--batch-axis"), values, "--batch-axis"), values
+    path, info = reshape_model(info.path, info, "--input-shape")  # a dimension the model fixes, overridden
+    info = laid_out(path, info, batch_axes_text(batch_axes, "--batch-axis"), values, "--batch-axis")
+    return fold_model(path, info, values, "--const")[1], values  # an If --const decides: its branch inlined
 
 
 def make_cli_source(args: DataArgs, info, batch_size: int, input_index: int = 0, consts=None):

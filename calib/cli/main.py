@@ -113,7 +113,7 @@ def calibrate(model, data_args, algo, batch_size, percentile, trt_version, carri
     from calib.quantize.shapes import fix_input_shapes
 
     shapes, budget = parse_shapes(input_shapes), parse_budget(memory_budget)
-    info = fix_input_shapes(inspect_model(model), shapes, "--input-shape")
+    info = fix_input_shapes(inspect_model(model), shapes, "--input-shape", override=True)
     info, const_values = feed_options(model, info, batch_axes, consts)
     data = make_cli_source(data_args, info, batch_size, consts=const_values)
     res = run_calibration(model, data, algos, {"percentile": {"percentile": percentile}}, batch_size,
@@ -217,7 +217,7 @@ def evaluate(model, caches, data_args, batch_size, task, head, charset, metric, 
         click.echo(f"note: {model} is a detector: --task detection adds mAP against FP32's boxes to the report; "
                    "this one compares the outputs only", err=True)
     shapes, budget = parse_shapes(input_shapes), parse_budget(memory_budget)
-    info = fix_input_shapes(inspect_model(model, proto), shapes, "--input-shape")
+    info = fix_input_shapes(inspect_model(model, proto), shapes, "--input-shape", override=True)
     info, const_values = feed_options(proto, info, batch_axes, consts)
     ex = check_exclusions(proto, exclude, model)
     float_layers = excluded_layers(proto, ex)

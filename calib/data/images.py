@@ -179,6 +179,7 @@ class ImageSource:
         self.max_pixels = max_pixels
         self.resize_name = resize_name
         self.bad: list[str] = []  # printable names of the files skipped
+        self.shrunk: list[float] = []  # per image read: how many times smaller its sides became (the larger)
 
     def __len__(self) -> int:
         return len(self.samples)
@@ -196,7 +197,7 @@ class ImageSource:
             return None
 
     def iter_with_meta(self) -> Iterator[tuple[dict, list[Sample], list[Letterbox]]]:
-        self.bad = []
+        self.bad, self.shrunk = [], []
         xs, ss, bs = [], [], []
         good = 0
         for s in self.samples:
@@ -204,6 +205,8 @@ class ImageSource:
             if got is None:
                 continue
             good += 1
+            if isinstance(got[1], Letterbox) and min(got[1].scale_x, got[1].scale_y) > 0:
+                self.shrunk.append(1.0 / min(got[1].scale_x, got[1].scale_y))
             if xs and got[0].shape != xs[0].shape:
                 raise DataError(f"{printable(s.path)}: preprocessed to shape {list(got[0].shape)}, the batch has "
                                 f"{list(xs[0].shape)} (give {self.resize_name} for images of different sizes)")
@@ -221,3 +224,20 @@ class ImageSource:
     def __iter__(self) -> Iterator[dict]:
         for batch, _, _ in self.iter_with_meta():
             yield batch
+
+
+SHRINK_NOTE = 4.0  # images made this many times smaller (per side) lose what the model was to see
+
+
+def shrink_note(source, size: str, flag: str) -> str | None:
+    """A sentence for the report where the images `source` read were scaled down more than SHRINK_NOTE times (the
+    median over them, per side) to the model's fixed input `size` (e.g. "32x32"): a placeholder size, often."""
+    shrunk = getattr(source, "shrunk", None) or []
+    if not shrunk:
+        return None
+    median = float(np.median(shrunk))
+    if median <= SHRINK_NOTE:
+        return None
+    return (f"The {len(shrunk)} images were scaled down {median:.1f}x (median, per side) to the model's fixed "
+            f"{size} input: a placeholder size the exporter left? Give {flag} at the size the model is used at "
+            "(calib overrides a fixed dimension where the graph checks and runs there).")

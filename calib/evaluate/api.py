@@ -79,6 +79,8 @@ def evaluate(model, caches: dict, source, task: str = "outputs", detection: Dete
     from calib.data.arrays import as_source
     from calib.runners.feed import fed
     from calib.data.feeding import laid_out
+    from calib.data.folding import fold_model
+    from calib.runners.reshape import reshape_model
 
     hook = load_hook(postprocess) if isinstance(postprocess, str) else postprocess
     user = load_metric(metric) if isinstance(metric, str) else metric
@@ -87,8 +89,10 @@ def evaluate(model, caches: dict, source, task: str = "outputs", detection: Dete
     elif task not in ("outputs", "classification", "detection", "text", "embedding"):
         raise DataError(f"{hook.label}: a postprocess hook gives detections, class scores, strings or vectors, not "
                         f"task '{task}'")
-    info = fix_input_shapes(inspect_model(model), input_shapes or {}, called("input_shapes", option_names))
+    info = fix_input_shapes(inspect_model(model), input_shapes or {}, called("input_shapes", option_names), True)
+    model, info = reshape_model(model, info, called("input_shapes", option_names))
     info = laid_out(model, info, batch_axes, consts, called("inputs.batch_axis", option_names))
+    model, info = fold_model(model, info, consts, called("inputs.const", option_names))
     source = as_source(source, info, batch_size, consts=consts, option_names=option_names)
     configs = _configs(caches, info, checks)
     engines = {n: fed(r, info.layout) for n, r in (engines or {}).items()}

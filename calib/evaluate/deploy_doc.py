@@ -12,12 +12,17 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
+from calib.evaluate.deploy_choice import Fp16Worse, fp16_worse
 from calib.evaluate.report_doc import shown_path
 
 IMPLICIT = "# TensorRT 8.6 to 10.x, implicit INT8: the calibration cache (deprecated in 10.1, removed in 11)"
 WEAK = ("# TensorRT 8.6 to 10.x, explicit INT8 weakly typed: the Q/DQ model (float layers FP32 in the model, "
         "FP16 by --fp16)")
 STRONG = "# TensorRT 10.x strongly typed and 11.x: the FP16+INT8 model (float layers FP16, quantized layers INT8)"
+WEAK_FP32 = ("# TensorRT 8.6 to 10.x, explicit INT8 weakly typed: the Q/DQ model (float layers FP32: no --fp16, "
+             "FP16 float layers measured worse below)")
+STRONG_QDQ = ("# TensorRT 10.x strongly typed and 11.x: the Q/DQ model as written (float layers FP32, quantized "
+              "layers INT8)")
 STRONG_10 = "# TensorRT 10.x: strongly typed when asked"
 STRONG_11 = "# TensorRT 11.x: every network strongly typed (no --int8, --fp16, --best or --calib)"
 
@@ -43,18 +48,32 @@ def implicit_lines(model: str, cache: str, patterns, nodes) -> list[str]:
             "-o model.int8.engine"]
 
 
-def weak_lines(report: dict, out: str, model: str, cache: str, ship: str, patterns) -> list[str]:
-    """The Q/DQ model with FP32 float layers (the run's, or the command that makes it), built with --int8 --fp16."""
-    lines = [WEAK]
-    if report.get("qdq_model"):
-        q = f"{out}/{report['qdq_model']}"
-    else:
-        q = f"{Path(model).stem}.{ship}.qdq.onnx"
+def _qdq_file(report: dict, out: str, model: str, ship: str) -> str:
+    return f"{out}/{report['qdq_model']}" if report.get("qdq_model") else f"{Path(model).stem}.{ship}.qdq.onnx"
+
+
+def weak_lines(report: dict, out: str, model: str, cache: str, ship: str, patterns,
+               worse: Fp16Worse | None = None) -> list[str]:
+    """The Q/DQ model with FP32 float layers (the run's, or the command that makes it), built with --int8 --fp16
+    (--int8 alone where the evaluation found FP16 float layers significantly worse)."""
+    lines = [WEAK_FP32 if worse else WEAK]
+    q = _qdq_file(report, out, model, ship)
+    if not report.get("qdq_model"):
         lines.append(f"calib cache convert {quoted(cache)} --model {quoted(model)} --to qdq -o {quoted(q)}"
                      + _excludes(patterns))
-    lines += [f"trtexec --onnx={quoted(q)} --int8 --fp16 --saveEngine=model.qdq.engine",
-              f"calib build {quoted(q)} --precision int8,fp16 -o model.qdq.engine"]
+    flags, precision = ("--int8", "int8") if worse else ("--int8 --fp16", "int8,fp16")
+    lines += [f"trtexec --onnx={quoted(q)} {flags} --saveEngine=model.qdq.engine",
+              f"calib build {quoted(q)} --precision {precision} -o model.qdq.engine"]
     return lines
+
+
+def strong_qdq_lines(report: dict, out: str, model: str, ship: str, worse: Fp16Worse) -> list[str]:
+    """The Q/DQ model as written, strongly typed (its float layers FP32), where the FP16+INT8 model lost."""
+    q = quoted(_qdq_file(report, out, model, ship))
+    return [STRONG_QDQ, worse.comment(),
+            f"calib build {q} --strongly-typed -o model.qdq.engine",
+            STRONG_10, f"trtexec --onnx={q} --stronglyTyped --saveEngine=model.qdq.engine",
+            STRONG_11, f"trtexec --onnx={q} --saveEngine=model.qdq.engine"]
 
 
 def strong_lines(report: dict, out: str, model: str, cache: str, ship: str, patterns) -> list[str]:
@@ -80,11 +99,16 @@ def deploy_commands(report: dict, ship: str) -> str:
     """The commands that build what the report evaluated, per TensorRT version: implicit INT8 from the cache
     (trtexec, calib build), the Q/DQ model weakly typed, and the FP16+INT8 model strongly typed (TensorRT 10.x
     on request, 11.x always), each model the run wrote or the command that makes it from the cache. The layers
-    the evaluation kept in float (`exclude`: its patterns; `float_layers`: the nodes they matched) stay there."""
+    the evaluation kept in float (`exclude`: its patterns; `float_layers`: the nodes they matched) stay there.
+    Where the evaluation found the FP16+INT8 model significantly worse than the Q/DQ model as written, the strongly
+    typed section builds the Q/DQ model instead and says why, and the weakly typed one leaves out --fp16."""
     out = shown_path(report.get("out_dir", "."))
     cache = shown_path(report.get("caches", {}).get(ship, f"{out}/{ship}.cache"))
     model = shown_path(report.get("model_file") or report.get("model"))
     patterns, nodes = report.get("exclude") or [], report.get("float_layers") or []
-    lines = (implicit_lines(model, cache, patterns, nodes) + weak_lines(report, out, model, cache, ship, patterns)
-             + strong_lines(report, out, model, cache, ship, patterns))
+    worse = fp16_worse(report, ship)
+    strong = (strong_qdq_lines(report, out, model, ship, worse) if worse
+              else strong_lines(report, out, model, cache, ship, patterns))
+    lines = (implicit_lines(model, cache, patterns, nodes)
+             + weak_lines(report, out, model, cache, ship, patterns, worse) + strong)
     return "\n".join(lines)

@@ -28,6 +28,8 @@ def add_fp16_rows(result: dict, algo: str, qdq: onnx.ModelProto, fp16: onnx.Mode
                    metric=metric, batch_size=recipe.evaluation.batch_size, batch_axes=axes, consts=consts)
     for n in names:
         result["configs"][n] = res["configs"][n]
+    if "paired" in result:  # the two rows ran on the same samples: their comparison decides the Deploy section
+        result["paired"] += [c for c in res.get("paired") or [] if {c["a"], c["b"]} == set(names)]
     return names
 
 

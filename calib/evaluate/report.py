@@ -15,6 +15,7 @@ import numpy as np
 from calib.evaluate import report_doc as doc
 from calib.evaluate.confidence import label
 from calib.evaluate.decision import decide
+from calib.evaluate.deploy_choice import fp16_blocks
 from calib.evaluate.deploy_doc import deploy_commands
 from calib.evaluate.verdict import PROXY, is_proxy, verdict
 from calib.io.files import atomic_write_text
@@ -304,33 +305,6 @@ def _verdict_blocks(report: dict) -> list[tuple]:
     return out
 
 
-def fp16_blocks(report: dict) -> list[tuple]:
-    """The FP16+INT8 model (strongly typed builds): its file, its rows and the layers it keeps in FP32."""
-    given = report.get("fp16")
-    if not given:
-        return []
-    out = [("h2", "Strongly typed model (FP16+INT8)")]
-    for f in given if isinstance(given, list) else [given]:
-        rows = f.get("rows") or []
-        what = f"`{f['file']}`" if f.get("file") else f"The FP16+INT8 model of `{f['algorithm']}`"
-        text = (f"{what}: the {f['algorithm']} scales with the float layers in FP16 and the INT8 layers as in the "
-                f"Q/DQ model, for a strongly typed build (TensorRT 10 with --stronglyTyped, TensorRT 11); model "
-                f"inputs and outputs {f['io_type']}; {f['casts']} casts between FP16 and FP32. ")
-        if rows:
-            text += (f"Rows `{rows[0]}` (the Q/DQ model as written, FP32 float layers) and `{rows[1]}` (this model, "
-                     "FP16 rounding emulated on the CPU) above run calib's Q/DQ placement on the same samples. ")
-        else:
-            text += "Not simulated (ONNX Runtime cannot run this model's plugin nodes). "
-        table = f.get("fp32_layers") or []
-        text += (f"{len(table)} layers stay FP32 (the range rule read the ranges of {f.get('ranges_from')}):"
-                 if table else "Every float layer is FP16.")
-        out.append(("p", text))
-        if table:
-            out.append(("table", ["layer", "op", "rule", "why FP32"],
-                        [[f"`{r['node']}`", r["op"], r["rule"], r["reason"]] for r in table]))
-    return out
-
-
 def blocks(report: dict, layer_png: str | None = None, hist_pngs=()) -> list[tuple]:
     s = report["summary"]
     ship = s["best"]
@@ -346,7 +320,7 @@ def blocks(report: dict, layer_png: str | None = None, hist_pngs=()) -> list[tup
             + (f", {s['fp32_boxes']} FP32 boxes" if s.get("fp32_boxes") is not None else "")
             + "). " + (f"Decoded by {report['decoder']}. " if report.get("decoder") else "")
             + _simulation_text(report) + " " + doc.method_text(s))
-    out += [("p", meta.strip())]
+    out += [("p", meta.strip())] + [("warn", n) for n in report.get("input_notes") or []]
     out += [("h2", "Deploy"), ("code", deploy_commands(report, ship)),
             ("h2", "What to try next"), ("list", doc.next_steps(report, s))]
     out += doc.paired_table(s)

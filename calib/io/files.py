@@ -12,6 +12,24 @@ from typing import Any
 from calib.io.reading import printable, read_bytes  # noqa: F401 (printable: re-exported)
 
 
+_SCRATCH: list[Path] = []
+
+
+def scratch_dir(key: str) -> Path:
+    """A folder of this process's scratch space (removed at exit) for `key`: derived models calib writes before
+    it knows where its output goes (calib.data.folding, calib.runners.reshape)."""
+    import atexit
+    import shutil
+    import tempfile
+
+    if not _SCRATCH:
+        _SCRATCH.append(Path(tempfile.mkdtemp(prefix="calib-models-")))
+        atexit.register(shutil.rmtree, _SCRATCH[0], True)
+    folder = _SCRATCH[0] / key
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
     """Write `data` to a temporary file beside `path`, then rename it into place."""
     path = Path(path)

@@ -54,6 +54,8 @@ MAX_SIZE = 1 << 63  # a byte count past int64 means nothing to the runtimes belo
 
 
 def size_text(n: float) -> str:
+    if n < MB / 2:  # a small model's activations: not "0 MB"
+        return f"{n / 1024:.0f} KB"
     return f"{n / GB:.2f} GB" if n >= GB / 2 else f"{n / MB:.0f} MB"
 
 

@@ -10,6 +10,10 @@
   ReduceL2, ReduceLogSumExp).
 - variance: a ReduceMean/ReduceSum of a square (Pow with exponent 2, or Mul of a tensor by itself), as a LayerNorm
   written out in elementary ops computes it, with the square and the Add/Sqrt/Reciprocal/Div that follow it.
+- underflow: a float constant whose every nonzero value is below FP16's smallest normal (2**-14, about 6.1e-5), so
+  that FP16 rounds it to 0 or to a subnormal, in a layer whose result it decides: an Add or Sub before a Log, Sqrt,
+  Reciprocal, Pow (its base) or Div (its divisor), a Max or Clip lower bound; that layer and those readers. An audio
+  front end's `log(mel + 1e-10)` in FP16 is log(0) = -inf on every silent frame.
 - output precision: a float layer after the last INT8 layer on the way to an output (a detector's box decoding,
   scores) whose output reaches TAIL_LIMIT (2048) over the pass, where FP16's steps are 2 or more (box coordinates
   lose whole pixels), and the layers of that tail that read it. Below it FP16 holds: YOLOv3-tiny's decoding in FP16
@@ -27,6 +31,8 @@ from calib.quantize.model import constant_value, node_name
 from calib.quantize.ties import Graph
 
 FP16_MAX = 65504.0
+FP16_TINY = 2.0 ** -14  # FP16's smallest normal: below it FP16 keeps a few bits (subnormal), below 2**-24 none
+GUARDED = {"Log": 0, "Sqrt": 0, "Reciprocal": 0, "Pow": 0, "Div": 1}  # op -> the input an epsilon protects
 RANGE_MARGIN = 2.0  # a tensor at half of FP16's range on calibration data is too close to it
 TAIL_LIMIT = 2048.0  # from here on FP16's spacing is 2: an output's coordinates lose whole pixels
 REDUCTIONS = ("Softmax", "LogSoftmax", "LayerNormalization", "GroupNormalization", "InstanceNormalization",
@@ -38,7 +44,7 @@ _SHAPE_OPS = ("Shape", "Size", "QuantizeLinear", "DequantizeLinear")
 class Kept:
     node: str
     op: str
-    rule: str  # range, reduction, variance, output-precision
+    rule: str  # range, reduction, variance, underflow, output-precision
     reason: str
 
 
@@ -109,6 +115,12 @@ def fp32_layers(qdq: onnx.ModelProto, ranges: dict | None = None, ranges_from: s
                     add(r, "variance", why)
                     if nodes[r].op_type != "Div":
                         frontier += list(nodes[r].output)
+    for i, rule_why in _underflows(qdq, nodes).items():
+        add(i, "underflow", rule_why)
+        for t in nodes[i].output:
+            for r in readers.get(t, []):
+                if GUARDED.get(nodes[r].op_type) is not None and nodes[r].input[GUARDED[nodes[r].op_type]] == t:
+                    add(r, "underflow", f"reads '{t}', {rule_why}")
     if tail:
         in_tail = set(_tail(g, nodes, readers))
         for i in sorted(in_tail):
@@ -123,6 +135,53 @@ def fp32_layers(qdq: onnx.ModelProto, ranges: dict | None = None, ranges_from: s
                     if r in in_tail:
                         add(r, "output-precision", f"reads {why}")
     return [kept[i] for i in sorted(kept)]
+
+
+def _tiny(model: onnx.ModelProto, name: str) -> float | None:
+    """The largest magnitude of the float constant `name` when it is nonzero and below FP16's smallest normal."""
+    v = constant_value(model, name) if name else None
+    if v is None or v.dtype.kind != "f" or not v.size:
+        return None
+    big = float(np.abs(v).max())
+    return big if 0.0 < big < FP16_TINY else None
+
+
+def _underflows(model: onnx.ModelProto, nodes) -> dict[int, str]:
+    """Layers whose result an epsilon that FP16 flushes decides: node index -> why."""
+    out: dict[int, str] = {}
+    readers: dict[str, list[int]] = {}
+    for i, n in enumerate(nodes):
+        for t in n.input:
+            readers.setdefault(t, []).append(i)
+
+    def what(eps: float) -> str:
+        return "0" if eps < 2.0 ** -25 else "a subnormal"
+
+    for i, n in enumerate(nodes):
+        if n.op_type in ("Add", "Sub"):
+            guards = [nodes[r].op_type for r in readers.get(n.output[0], [])
+                      if GUARDED.get(nodes[r].op_type) is not None
+                      and nodes[r].input[GUARDED[nodes[r].op_type]] == n.output[0]]
+            if not guards:
+                continue
+            for t in n.input:
+                eps = _tiny(model, t)
+                if eps is not None:
+                    out[i] = (f"constant '{t}' ({eps:.3g}) is {what(eps)} in FP16 before a {guards[0]} "
+                              f"(FP16's smallest normal is {FP16_TINY:.3g})")
+                    break
+        elif n.op_type in ("Max", "Clip"):
+            bounds = list(n.input[1:]) if n.op_type == "Max" else list(n.input[1:2])
+            for t in bounds:
+                eps = _tiny(model, t)
+                if eps is not None:
+                    out[i] = (f"its bound '{t}' ({eps:.3g}) is {what(eps)} in FP16 (its smallest normal is "
+                              f"{FP16_TINY:.3g})")
+                    break
+            low = next((a.f for a in n.attribute if a.name == "min"), None) if n.op_type == "Clip" else None
+            if i not in out and low is not None and 0.0 < abs(low) < FP16_TINY:
+                out[i] = f"its min {low:.3g} is {what(abs(low))} in FP16 (its smallest normal is {FP16_TINY:.3g})"
+    return out
 
 
 def _spacing(x: float) -> float:

@@ -26,6 +26,7 @@ class ModelInfo:
     activations: tuple[str, ...]  # float graph inputs and node outputs, topological order
     op_types: dict  # tensor name -> producing op type ("Input" for graph inputs)
     layout: Layout = Layout()  # where each input's and output's samples are (calib.quantize.layout)
+    overridden: tuple = ()  # (input, axis, the model's dim, the given dim): --input-shape past a fixed dimension
 
 
 def load_model(path: str | Path) -> onnx.ModelProto:

@@ -31,12 +31,14 @@ def dims_text(dims: Sequence) -> str:
     return "x".join(str(d) if _known(d) else "?" for d in dims)
 
 
-def fix_input_shapes(info: ModelInfo, shapes: Mapping[str, Sequence[int]], where: str = "input_shapes") -> ModelInfo:
+def fix_input_shapes(info: ModelInfo, shapes: Mapping[str, Sequence[int]], where: str = "input_shapes",
+                     override: bool = False) -> ModelInfo:
     """`info` with the dynamic or placeholder (0, -1) input dimensions that `shapes` (input -> dims) fixes; an
     unknown input, a wrong rank or a dimension the model fixes otherwise is a ModelError naming `where` (the
-    option the user typed)."""
+    option the user typed). With `override`, a dimension the model fixes otherwise is taken and recorded in
+    `overridden`: calib.runners.reshape then checks that the model holds and runs at it, and writes that model."""
     inputs = {n: (dims, et) for n, dims, et in info.inputs}
-    out = []
+    out, overridden = [], []
     for name, want in shapes.items():
         want = tuple(int(d) for d in want)
         if name not in inputs:
@@ -51,13 +53,15 @@ def fix_input_shapes(info: ModelInfo, shapes: Mapping[str, Sequence[int]], where
         if any(d > MAX_DIM for d in want):
             raise ModelError(f"{where} {name}={dims_text(want)}: a dimension past {MAX_DIM} (ONNX's int64 limit)")
         for i, (h, w) in enumerate(zip(have, want)):
-            if _known(h) and h != w:
+            if _known(h) and h != w and override:
+                overridden.append((name, i, h, w))
+            elif _known(h) and h != w:
                 raise ModelError(f"{where} {name}={dims_text(want)}: dimension {i} of input '{name}' is fixed at "
                                  f"{h} by the model ({dims_text(have)})")
     for name, (dims, et) in inputs.items():
         fixed = tuple(shapes[name]) if name in shapes else tuple(d if _known(d) else None for d in dims)
         out.append((name, tuple(int(d) if d is not None else None for d in fixed), et))
-    return dataclasses.replace(info, inputs=tuple(out))
+    return dataclasses.replace(info, inputs=tuple(out), overridden=tuple(overridden))
 
 
 def fixed_batch(info: ModelInfo) -> int | None:
