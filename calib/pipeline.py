@@ -23,6 +23,7 @@ from calib.evaluate.report import primary_score, summary, write_reports
 from calib.evaluate.tasks import check_task
 from calib.deploy.fp16_candidate import float_type, write_fp16
 from calib.evaluate.fp16_rows import add_fp16_rows
+from calib.evaluate.placement_rows import add_placement_rows
 from calib.io.files import atomic_write_bytes, atomic_write_text
 from calib.io.memory import Budget, parse_size
 from calib.io.progress import setup_logging
@@ -259,8 +260,17 @@ def _run(recipe: Recipe, stage: Path, final: Path | None = None) -> None:
     qdq_from = deployed if plugins else Path(model_path)
     qdq_name = f"{qdq_from.stem}.{best}.qdq.onnx"
     source_model = onnx.load(str(qdq_from))  # insert_qdq and the FP16+INT8 model copy it
-    q = insert_qdq(source_model, amax[best], int8_weights=c.int8_weights, label=str(qdq_from))
+    q = insert_qdq(source_model, amax[best], int8_weights=c.int8_weights, label=str(qdq_from),
+                   stem_output=c.stem_output == "int8")
     atomic_write_bytes(stage / qdq_name, q.SerializeToString())
+    placement = None
+    if not plugins:
+        placement = add_placement_rows(result, best, source_model, amax[best], q, c.stem_output == "int8",
+                                       model_path, make_source(espec, recipe.preprocess, inputs,
+                                                               recipe.evaluation.batch_size, consts=consts),
+                                       recipe, budget, hook, user, label=str(qdq_from))
+        if placement:
+            summ = summary(result, candidates=list(c.algorithms))  # the same decision, with the two rows
     log.info("wrote %s (%s; %s)", qdq_name, describe_opset(q), weight_coverage(q).describe())
     atomic_write_text(stage / "ranges.json", ranges_json(ranges, samples))
     files.append("ranges.json")
@@ -296,6 +306,8 @@ def _run(recipe: Recipe, stage: Path, final: Path | None = None) -> None:
     notes += [note] if note and not recipe.input_shapes and recipe.preprocess.resize is None else []  # its own size
     if notes:
         report["input_notes"] = notes
+    if placement:
+        report["placement"] = placement
     if fp16 is not None:
         report["fp16_model"] = fp16["file"]
         report["fp16"] = fp16

@@ -94,6 +94,9 @@ class CalibrationSpec:
     percentile: float = field(default=99.99, metadata={"above": 0.0, "max": 100.0})
     equalize: bool = False  # cross-layer range equalization of the FP32 model first (calib/equalize.py)
     int8_weights: bool = False  # the Q/DQ model stores weights as INT8 initializers behind a DequantizeLinear
+    # a stem Conv's output before its LeakyRelu in the Q/DQ model: int8 (TensorRT 8.6's speed) or float (one rounding
+    # fewer, a slower engine); the report shows both where the model has one (calib.quantize.placement)
+    stem_output: str = field(default="int8", metadata={"choices": ("int8", "float")})
     allow_float_weights: bool = False  # write the Q/DQ model even where a layer's input is quantized, its weight not
     allow_qdq: bool = False  # calibrate a model that holds Q/DQ nodes already (refused by default: not FP32)
     trt_version: str = field(default="8600", metadata={"digits": True})

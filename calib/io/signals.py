@@ -9,15 +9,16 @@ many runs on a loaded machine):
 - raised inside importlib while the kernels' thread imported numba, it was swallowed in importlib's weakref callback
   with the global import lock held, and both threads then waited for ever (a run that never ended);
 - raised inside a native module's initialisation (ONNX's pybind11 module), it left a half-made module whose
-  destructor crashed the process;
+  destructor crashed the process; raised in a callback that C code makes (llvmlite's object cache while numba loads
+  a kernel), it was printed with a traceback and dropped;
 - a main thread blocked in C (a sleep or a wait that only a signal sent to it would cut short, while the kernel
   handed the signal to another thread) hears of it only when that call returns; a thread that is not a daemon, or an
   atexit handler waiting for one, is waited for at exit.
-So, in the `calib` process (watch()): the handler raises once, and never while the main thread is importing; CPython's
-C-level handler writes each signal's number to a pipe at once, from whatever thread took it, and a watcher thread
-reading that pipe hands the signal to the main thread again every 50 ms until its handler has raised; the command
-line ends the process as soon as its clean-up is done (end_now: nothing joined, nothing freed); and if the process is
-still alive GRACE_S seconds after the signal, the watcher runs the clean-ups registered with on_forced_exit() (no
+So, in the `calib` process (watch()): the handler raises once, and never while the main thread is importing or in a
+callback from C; CPython's C-level handler writes each signal's number to a pipe at once, from whatever thread took
+it, and a watcher thread reading that pipe hands the signal to the main thread again (after 50 ms, then up to every
+400 ms) until its handler has raised; the command line ends the process as soon as its clean-up is done (end_now:
+nothing joined, nothing freed); and if the process is still alive GRACE_S seconds after the signal, the watcher runs the clean-ups registered with on_forced_exit() (no
 imports there: the import lock may be what is stuck), writes one line and ends it with 130 (SIGINT) or 143 (SIGTERM).
 A signal the process inherited as ignored (SIGINT in a shell's background job) stays ignored.
 """
@@ -32,7 +33,7 @@ from collections.abc import Callable
 from contextlib import contextmanager
 
 GRACE_S = 5.0  # from the signal to the forced exit
-_AGAIN_S = 0.05  # how often the signal is handed to the main thread again until its handler raises
+_AGAIN_S = 0.05  # the signal is handed to the main thread again after 50 ms, 100, 200, then every 400 ms
 
 _CODES = {signal.SIGINT: 130, signal.SIGTERM: 143}
 _lock = threading.Lock()  # a forced exit's clean-ups against a publication deciding to commit
@@ -129,8 +130,15 @@ def no_forced_exit_cleanup():
         yield
 
 
-def _importing(frame) -> bool:
-    """Whether the main thread is inside an import (importlib's frames on its stack)."""
+_CALLED_FROM_C = (f"{os.sep}llvmlite{os.sep}", f"{os.sep}numba{os.sep}", f"{os.sep}ctypes{os.sep}")
+
+
+def _unsafe(frame) -> bool:
+    """Whether an exception raised here could be lost or leave a library half-made: inside an import (importlib's
+    frames on the main thread's stack), or in the Python callbacks that C code calls (llvmlite's object cache while
+    numba loads a kernel: ctypes prints such an exception and drops it)."""
+    if frame is not None and any(p in frame.f_code.co_filename for p in _CALLED_FROM_C):
+        return True
     while frame is not None:
         if frame.f_code.co_filename.startswith("<frozen importlib"):
             return True
@@ -144,7 +152,7 @@ def _handler(exc: type[BaseException]):
             _state["signal"] = signum
         if _heard.is_set():  # once: a second Ctrl-C must not cut the clean-up the first one started
             return
-        if _importing(frame):  # never inside importlib or a native module's init: the watcher sends it again
+        if _unsafe(frame):  # not inside an import or a callback from C: the watcher sends it again
             return
         _heard.set()
         raise exc()
@@ -191,7 +199,9 @@ def _watch(fd: int, wanted: set, main_id: int, grace: float) -> None:
         if sig is not None:
             break
     deadline = time.monotonic() + grace
-    while not _heard.wait(_AGAIN_S) and time.monotonic() < deadline:
+    again = _AGAIN_S
+    while not _heard.wait(again) and time.monotonic() < deadline:
+        again = min(again * 2, 0.4)
         try:  # the main thread sleeps or waits in C, or was importing: hand the signal to it again
             signal.pthread_kill(main_id, sig)
         except (OSError, ValueError):
