@@ -40,7 +40,8 @@ from calib.io.files import atomic_write_json, printable
 from calib.io.inputs import identities, inputs_in
 from calib.io.manifest import (MANIFEST, MARKER, PREVIOUS, matches, read_manifest, refresh_manifest,
                                remove_folder, remove_listed, write_manifest)
-from calib.io.signals import no_forced_exit_cleanup, on_forced_exit, terminate_as_interrupt
+from calib.io.signals import (deferred, no_forced_exit_cleanup, note_publication, on_forced_exit,
+                               terminate_as_interrupt)
 from calib.io.staging import drop_marker, lock, mark_stage, marked, mount_point, stage_home, writable
 
 __all__ = ["MANIFEST", "PREVIOUS", "publish", "read_manifest", "refresh_manifest", "recover", "mark_stage"]
@@ -302,7 +303,10 @@ def publish(out: str | Path, work: Callable[[Path], object], command: str = "", 
             write_manifest(stage, command)
             with no_forced_exit_cleanup():  # from here on a forced exit leaves the staging folder to the next run
                 undo.committing = True
-            commit(stage, out, inputs_in(out, ids), state)
+                note_publication(printable(out), "committing")
+            with deferred():  # a signal now waits for the renames: the results published whole, and said so
+                commit(stage, out, inputs_in(out, ids), state)
+                note_publication(printable(out), "done")
         except OSError as exc:
             err = _output_error(exc, out, [p for p in (stage, held) if p is not None])
             if err is None:

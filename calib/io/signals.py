@@ -38,7 +38,7 @@ _AGAIN_S = 0.05  # the signal is handed to the main thread again after 50 ms, 10
 _CODES = {signal.SIGINT: 130, signal.SIGTERM: 143}
 _lock = threading.Lock()  # a forced exit's clean-ups against a publication deciding to commit
 _cleanups: dict[int, Callable[[], str | None]] = {}
-_state: dict = {"signal": None, "reported": False, "stopping": False, "watching": False}
+_state: dict = {"signal": None, "reported": False, "stopping": False, "watching": False, "publication": None}
 _heard = threading.Event()  # the Python-level handler ran in the main thread
 
 
@@ -79,7 +79,19 @@ def exit_code(signum: int) -> int:
 
 
 def interrupted_line(signum: int) -> str:
-    return f"{'terminated' if signum == signal.SIGTERM else 'interrupted'}: nothing was written"
+    """The one line for a signal: what it left of the output folder (note_publication)."""
+    word = "terminated" if signum == signal.SIGTERM else "interrupted"
+    state, out = _state.get("publication") or (None, None)
+    if state == "committing":
+        return f"{word} while publishing {out}: the next calib run on it finishes that"
+    if state == "done":
+        return f"{word} after the results were published whole in {out}"
+    return f"{word}: nothing was written"
+
+
+def note_publication(out: str, state: str | None) -> None:
+    """What the line after a signal says of `out`: 'committing' (a publication changing it), 'done', None."""
+    _state["publication"] = (state, out) if state else None
 
 
 def reported() -> None:
@@ -146,14 +158,25 @@ def _unsafe(frame) -> bool:
     return False
 
 
+@contextmanager
+def deferred():
+    """A short step that a signal should not cut (a publication's renames): the handler waits for its end (the
+    watcher hands the signal over again), bounded like every exit by the forced one."""
+    _state["defer"] = _state.get("defer", 0) + 1
+    try:
+        yield
+    finally:
+        _state["defer"] -= 1
+
+
 def _handler(exc: type[BaseException]):
     def handle(signum, frame):
         if _state["signal"] is None:
             _state["signal"] = signum
         if _heard.is_set():  # once: a second Ctrl-C must not cut the clean-up the first one started
             return
-        if _unsafe(frame):  # not inside an import or a callback from C: the watcher sends it again
-            return
+        if _unsafe(frame) or _state.get("defer"):  # not inside an import, a callback from C or a deferred step:
+            return  # the watcher sends it again
         _heard.set()
         raise exc()
     return handle
