@@ -452,16 +452,20 @@ def build(model, out, cache, calibrator, data_args, precision, layer_precision, 
 @click.option("--json", "as_json", is_flag=True, help="Print the rows as a JSON list.")
 @click.option("--layers", is_flag=True, help="Also profile every engine layer (IProfiler): time, precision, tactic.")
 @click.option("--top", default=25, show_default=True, type=click.IntRange(1), help="With --layers: rows shown.")
+@click.option("--against", type=click.Path(dir_okay=False), default=None,
+              help="Another engine of the same model (FP16, as a rule): timed at the same shapes, and whether "
+                   "ENGINE pays against it said per shape, and from which batch.")
 @_handled
-def bench(engine, batch_size, shapes, profile, iters, repeats, as_json, layers, top):
+def bench(engine, batch_size, shapes, profile, iters, repeats, as_json, layers, top, against):
     """Latency and throughput of a TensorRT ENGINE (CUDA events, median of groups after warm-up), a row per
     optimization profile and shape."""
     from calib.deploy.engine_file import bench_engine_file
 
     rows = bench_engine_file(engine, batch_size, iters=iters, repeats=repeats, layers=layers,
                              shapes=dict(_shapes(shapes)), profile=profile)
+    worth = _worth(engine, rows, against, iters, repeats) if against else None
     if as_json:
-        click.echo(json.dumps(rows, indent=2))
+        click.echo(json.dumps({"rows": rows, "against": worth} if worth is not None else rows, indent=2))
         return
     for r in rows:
         dims = ", ".join(f"{n} {'x'.join(map(str, s))}" for n, s in r["shapes"].items())
@@ -471,6 +475,23 @@ def bench(engine, batch_size, shapes, profile, iters, repeats, as_json, layers, 
             from calib.runners.tensorrt.profile import format_table
 
             click.echo(format_table(r["layers"], top))
+    if worth is not None:
+        for line in worth["said"]:
+            click.echo(line)
+
+
+def _worth(engine, rows, against, iters, repeats) -> dict:
+    """`--against`: the other engine timed at ENGINE's shapes, and the sentences of calib.deploy.worth."""
+    from calib.deploy.engine_file import bench_engine_file
+    from calib.deploy.worth import compare, sentences
+
+    other = []
+    for shapes in {json.dumps(r["shapes"], sort_keys=True) for r in rows}:
+        point = {n: tuple(s) for n, s in json.loads(shapes).items()}
+        other += bench_engine_file(against, iters=iters, repeats=repeats, shapes=point)
+    found = compare(rows, other)
+    return {"engine": str(against), "rows": other, "compared": found,
+            "said": sentences(found, Path(engine).name, Path(against).name)}
 
 
 main.add_command(cache)
