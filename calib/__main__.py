@@ -29,8 +29,9 @@ def entry() -> None:
 
         code, line = outcome(exc)
         print(line, file=sys.stderr)
-    from calib.io.signals import exit_code, received
+    from calib.io.signals import ending, exit_code, received
 
+    ending()
     if received() is None and code not in (exit_code(2), exit_code(15)):
         for t in threading.enumerate():
             if t is not threading.current_thread() and not t.daemon:

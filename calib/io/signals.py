@@ -169,6 +169,12 @@ def deferred():
         _state["defer"] -= 1
 
 
+def ending() -> None:
+    """The command is done and the process ends: a signal from now on raises nowhere (in an atexit callback it was
+    printed with a traceback and dropped); the process ends on its own or by the forced exit."""
+    _state["defer"] = _state.get("defer", 0) + 1
+
+
 def _handler(exc: type[BaseException]):
     def handle(signum, frame):
         if _state["signal"] is None:
