@@ -106,8 +106,11 @@ def test_implicit_simulation_rounds_where_the_yolo_engine_does(yolo):
     amax.update({yolo.graph.input[0].name: 1.0, "layer8_convolutional_leaky": 2.0, "layer18_convolutional_leaky": 6.0})
     placement = _scales(insert_qdq(yolo, amax))
     engine = _scales(simulated_model(yolo, amax, P.implicit_rules(yolo)))
-    # layer0's Conv writes INT8 before its LeakyRelu, a separate INT8 layer: its output is rounded too
-    assert set(engine) - set(placement) == {"layer0_convolutional"} and not set(placement) - set(engine)
+    # layer0's Conv writes INT8 before its LeakyRelu, a separate INT8 layer: its output is rounded too, in the engine
+    # and (the stem rule, the default) in the Q/DQ model; the placement without the rule leaves it float
+    assert set(engine) == set(placement)
+    plain = _scales(insert_qdq(yolo, amax, stem_output=False))
+    assert set(engine) - set(plain) == {"layer0_convolutional"} and not set(plain) - set(engine)
     # layer8's output feeds MaxPool and the Concat: the Q/DQ model rounds it once with the Concat's scale (6, the
     # upsampled layer18's), the engine with its own (2) and then again with the Concat's as it copies it in
     assert placement["layer8_convolutional_leaky"] == [6.0] and engine["layer8_convolutional_leaky"] == [2.0]
