@@ -1,0 +1,155 @@
+"""`calib recover MODEL --data ... --target 'map50_95>=0.95'`: from "not close" to an INT8 configuration that
+meets the target (calib.search.recover), with the model, data, preprocessing, shape, memory and task options of
+`calib calibrate` and `calib evaluate`."""
+from __future__ import annotations
+
+import dataclasses
+import re
+import shlex
+from pathlib import Path
+
+import click
+
+from calib.cli.common import given_path, handled
+from calib.cli.data import CLI_NAMES, DataArgs, data_options, feed_options, make_cli_source, model_options, with_data
+from calib.cli.data import input_shapes as parse_shapes
+from calib.cli.data import memory_budget as parse_budget
+from calib.cli.task import choose_task, task_options
+from calib.errors import CalibError, DataError
+
+STEP_NAMES = {"equalize": "equalize", "bias": "bias", "per-tensor": "per_tensor"}
+
+
+def parse_time_budget(text: str | None) -> float | None:
+    """--time-budget as seconds: 900, 900s, 15m, 1h."""
+    if text is None:
+        return None
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([smh]?)\s*", text.lower())
+    if m is None or float(m.group(1)) <= 0:
+        raise CalibError(f"--time-budget: '{text}': expected a positive duration such as 900, 600s, 15m or 1h")
+    return float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600}[m.group(2)]
+
+
+def steps(text: str) -> tuple:
+    names = [s.strip() for s in text.split(",") if s.strip()]
+    if names == ["none"]:
+        return ()
+    bad = [s for s in names if s not in STEP_NAMES]
+    if bad:
+        raise CalibError(f"--steps: unknown step '{bad[0]}' (choose from {', '.join(STEP_NAMES)}, or none)")
+    return tuple(STEP_NAMES[s] for s in names)
+
+
+def split(args: DataArgs, calib_samples: int) -> tuple[DataArgs, DataArgs]:
+    """--data cut in two by the seeded order: the first --calib-samples calibrate, the rest (within --limit) are
+    the held-out evaluation."""
+    if args.limit is not None and args.limit <= calib_samples:
+        raise CalibError(f"--limit {args.limit} leaves no evaluation samples after --calib-samples {calib_samples}: "
+                         "raise --limit or lower --calib-samples")
+    cal = dataclasses.replace(args, limit=calib_samples)
+    ev = dataclasses.replace(args, limit=args.limit - calib_samples if args.limit else None,
+                             offset=args.offset + calib_samples)
+    return cal, ev
+
+
+def command_line(ctx: click.Context) -> str:
+    """The command as typed, from its parameters (only those not at their defaults)."""
+    args = ["calib", "recover"]
+    for p in ctx.command.params:
+        v = ctx.params.get(p.name)
+        if isinstance(p, click.Argument):
+            args.append(str(v))
+        elif v not in (None, False, (), p.default) and p.opts:
+            flag = max(p.opts, key=len)
+            if p.is_flag:
+                args.append(flag)
+            else:
+                for x in (v if p.multiple else [v]):
+                    args += [flag, str(x)]
+    return shlex.join(args)
+
+
+@click.command()
+@click.argument("model", type=click.Path(dir_okay=False))
+@data_options()
+@click.option("--target", metavar="METRIC>=VALUE",
+              help="The figure to reach, named as in report.json (the _vs_fp32 suffix optional): map50_95>=0.95, "
+                   "agreement_top1>=0.99, top1>=0.70 (accuracy against labels), min_output_sqnr_db>=25, "
+                   "cer<=0.02, or your --metric's name. With --max-drop: METRIC alone.")
+@click.option("--max-drop", type=float, help="Reach FP32's own value of the metric (default: the task's primary "
+                                              "figure) minus this.")
+@click.option("--calib-samples", default=32, show_default=True, type=click.IntRange(1),
+              help="The first samples of --data (seeded order) calibrate; the rest are the held-out evaluation.")
+@click.option("--batch-size", default=8, show_default=True, type=click.IntRange(1))
+@task_options
+@click.option("--algo", default="minmax,entropy,percentile,mse", show_default=True,
+              help="Algorithms whose scales are compared all INT8, and per tensor.")
+@click.option("--percentile", default=99.99, show_default=True, type=click.FloatRange(0, 100, min_open=True))
+@click.option("--steps", "step_names", default="equalize,bias,per-tensor", show_default=True,
+              help="Recovery in INT8 tried before the fallback, each kept only where it helps (or none).")
+@click.option("--precision", type=click.Choice(["fp16", "fp32"]), default="fp16", show_default=True,
+              help="What the fallback keeps layers in.")
+@click.option("--deploy", type=click.Choice(["implicit", "qdq"]), default="implicit", show_default=True,
+              help="The build simulated: implicit INT8 from the cache, or the Q/DQ model.")
+@click.option("--engine-layers", type=click.Path(exists=True, dir_okay=False),
+              help="An engine's JSON sidecar or inspector JSON: simulate what that engine runs in INT8/FP16/FP32.")
+@click.option("--time-budget", metavar="DURATION",
+              help="Stop searching after this long (900, 15m) and publish the best configuration so far.")
+@click.option("--trt-version", default="8600", show_default=True, help="Digits of the cache header.")
+@click.option("--carrier", default="EntropyCalibration2", show_default=True,
+              help="Calibrator algorithm named in the cache header (the class that will read it).")
+@model_options
+@click.option("--out", "-o", required=True, type=click.Path(file_okay=False))
+@click.pass_context
+@handled
+@with_data
+def recover(ctx, model, data_args, target, max_drop, calib_samples, batch_size, task, head, charset, metric,
+            postprocess, algo, percentile, step_names, precision, deploy, engine_layers, time_budget, trt_version,
+            carrier, input_shapes, batch_axes, consts, memory_budget, out):
+    """Recover INT8 accuracy on MODEL until --target holds: in INT8 first, then the fewest layers in float."""
+    from calib.algorithms import registry
+    from calib.evaluate.tasks import detection_format, output_shapes
+    from calib.quantize.model import check_fp32, inspect_model, load_model
+    from calib.quantize.shapes import fix_input_shapes
+    from calib.search.recover import Evaluation, RecoverSpec
+    from calib.search.recover import recover as run_recovery
+    from calib.search.recover_out import summary_line
+    from calib.search.target import parse_target
+
+    given_path(out, "--out")
+    goal = parse_target(target, max_drop)  # every option checked before the model or the data is read
+    budget_s = parse_time_budget(time_budget)
+    chosen_steps = steps(step_names)
+    algos = [a.strip() for a in algo.split(",") if a.strip()]
+    if not algos:
+        raise CalibError("--algo: no algorithm named")
+    for a in algos:
+        registry.get(a)
+    chosen = choose_task(task, head, charset, metric, postprocess)
+    proto = load_model(model)
+    check_fp32(proto, model, False)
+    _, detection = chosen.detection(proto, model)
+    if chosen.task == "outputs" and not chosen.hook and detection_format(output_shapes(proto)):
+        click.echo(f"note: {model} is a detector: --task detection (or --head) measures mAP against FP32's boxes",
+                   err=True)
+    shapes, memory = parse_shapes(input_shapes), parse_budget(memory_budget)
+    info = fix_input_shapes(inspect_model(model, proto), shapes, "--input-shape")
+    info, const_values = feed_options(proto, info, batch_axes, consts)
+    del proto
+    cal_args, ev_args = split(data_args, calib_samples)
+    cal = make_cli_source(cal_args, info, batch_size, consts=const_values)
+    try:
+        ev = make_cli_source(ev_args, info, batch_size, consts=const_values)
+    except DataError as exc:
+        if "skips all" not in str(exc):
+            raise
+        raise DataError(f"--calib-samples {calib_samples}: {data_args.data} has no samples left for the held-out "
+                        "evaluation: give more data or a smaller --calib-samples") from None
+    spec = RecoverSpec(goal, tuple(algos), percentile, chosen_steps, precision=precision, deploy=deploy,
+                       engine_layers=engine_layers, time_budget=budget_s, trt_version=trt_version, carrier=carrier)
+    evaluation = Evaluation(chosen.task, detection, chosen.hook, chosen.user)
+    names = {**CLI_NAMES, "evaluation_data.limit": "--limit"}
+    res = run_recovery(model, info, cal, ev, spec, evaluation, out, memory, batch_size, names,
+                       inputs=[data_args.data, engine_layers], command=command_line(ctx))
+    click.echo(summary_line(res))
+    click.echo(f"wrote {Path(out) / 'recover.md'}")
