@@ -209,6 +209,10 @@ def evaluate(model, caches, data_args, batch_size, task, head, charset, metric, 
                    precision={n: pm for n in configs}, memory_budget=budget, input_shapes=shapes,
                    option_names=CLI_NAMES, postprocess=hook, engines=engines, metric=user,
                    batch_axes=dict(info.layout.inputs + info.layout.outputs), consts=const_values)
+    shared = ([a for s in input_shapes for a in ("--input-shape", s)] + [a for s in batch_axes for a in ("--batch-axis", s)]
+              + [a for s in consts for a in ("--const", s)]
+              + (["--memory-budget", memory_budget] if memory_budget != "2GB" else [])
+              + (["--charset", charset] if charset else []) + (["--metric", metric] if metric else []))
     report = {"recipe": Path(model).stem, "model": str(model), "model_sha256": info.sha256,
               "calibration": {"samples": calib_samples.pop() if len(calib_samples) == 1 else None},
               "evaluation": {"samples": res["samples"], "configs": res["configs"]},
@@ -222,12 +226,9 @@ def evaluate(model, caches, data_args, batch_size, task, head, charset, metric, 
                               {"--ignore-hash": ignore_hash, "--allow-unknown": allow_unknown,
                                "--ignore-sidecar": ignore_sidecar, "--allow-partial": allow_partial,
                                "--no-layerwise": not layerwise, "--allow-qdq": allow_qdq},
-                              [a for s in input_shapes for a in ("--input-shape", s)]
-                              + [a for s in batch_axes for a in ("--batch-axis", s)]
-                              + [a for s in consts for a in ("--const", s)]
-                              + (["--memory-budget", memory_budget] if memory_budget != "2GB" else [])
-                              + (["--float-type", float_type] if float_type != "fp32" else [])
-                              + (["--charset", charset] if charset else []) + (["--metric", metric] if metric else []))}
+                              shared + (["--float-type", float_type] if float_type != "fp32" else [])),
+              "recover": "calib recover" + _rerun(model, data_args, batch_size, res["task"], head, postprocess,
+                                                  deploy, engine_layers, {}, shared)[len("calib evaluate"):]}
     from calib.quantize.cache import sidecar_path
 
     if fp16:

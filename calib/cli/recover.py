@@ -69,63 +69,20 @@ def command_line(ctx: click.Context) -> str:
     return shlex.join(args)
 
 
-@click.command()
-@click.argument("model", type=click.Path(dir_okay=False))
-@data_options()
-@click.option("--target", metavar="METRIC>=VALUE",
-              help="The figure to reach, named as in report.json (the _vs_fp32 suffix optional): map50_95>=0.95, "
-                   "agreement_top1>=0.99, top1>=0.70 (accuracy against labels), min_output_sqnr_db>=25, "
-                   "cer<=0.02, or your --metric's name. With --max-drop: METRIC alone.")
-@click.option("--max-drop", type=float, help="Reach FP32's own value of the metric (default: the task's primary "
-                                              "figure) minus this.")
-@click.option("--calib-samples", default=32, show_default=True, type=click.IntRange(1),
-              help="The first samples of --data (seeded order) calibrate; the rest are the held-out evaluation.")
-@click.option("--batch-size", default=8, show_default=True, type=click.IntRange(1))
-@task_options
-@click.option("--algo", default="minmax,entropy,percentile,mse", show_default=True,
-              help="Algorithms whose scales are compared all INT8, and per tensor.")
-@click.option("--percentile", default=99.99, show_default=True, type=click.FloatRange(0, 100, min_open=True))
-@click.option("--steps", "step_names", default="equalize,bias,per-tensor", show_default=True,
-              help="Recovery in INT8 tried before the fallback, each kept only where it helps (or none).")
-@click.option("--precision", type=click.Choice(["fp16", "fp32"]), default="fp16", show_default=True,
-              help="What the fallback keeps layers in.")
-@click.option("--deploy", type=click.Choice(["implicit", "qdq"]), default="implicit", show_default=True,
-              help="The build simulated: implicit INT8 from the cache, or the Q/DQ model.")
-@click.option("--engine-layers", type=click.Path(exists=True, dir_okay=False),
-              help="An engine's JSON sidecar or inspector JSON: simulate what that engine runs in INT8/FP16/FP32.")
-@click.option("--time-budget", metavar="DURATION",
-              help="Stop searching after this long (900, 15m) and publish the best configuration so far.")
-@click.option("--trt-version", default="8600", show_default=True, help="Digits of the cache header.")
-@click.option("--carrier", default="EntropyCalibration2", show_default=True,
-              help="Calibrator algorithm named in the cache header (the class that will read it).")
-@model_options
-@click.option("--out", "-o", required=True, type=click.Path(file_okay=False))
-@click.pass_context
-@handled
-@with_data
-def recover(ctx, model, data_args, target, max_drop, calib_samples, batch_size, task, head, charset, metric,
-            postprocess, algo, percentile, step_names, precision, deploy, engine_layers, time_budget, trt_version,
-            carrier, input_shapes, batch_axes, consts, memory_budget, out):
-    """Recover INT8 accuracy on MODEL until --target holds: in INT8 first, then the fewest layers in float."""
-    from calib.algorithms import registry
+def _given(ctx: click.Context, name: str) -> bool:
+    return ctx.get_parameter_source(name) not in (click.core.ParameterSource.DEFAULT, None)
+
+
+def _from_flags(model, data_args, calib_samples, batch_size, chosen, input_shapes, batch_axes, consts,
+                memory_budget):
+    """(model, info, calibration source, evaluation source, Evaluation, memory budget) from the options."""
     from calib.evaluate.tasks import detection_format, output_shapes
     from calib.quantize.model import check_fp32, inspect_model, load_model
     from calib.quantize.shapes import fix_input_shapes
-    from calib.search.recover import Evaluation, RecoverSpec
-    from calib.search.recover import recover as run_recovery
-    from calib.search.recover_out import summary_line
-    from calib.search.target import parse_target
+    from calib.search.recover import Evaluation
 
-    given_path(out, "--out")
-    goal = parse_target(target, max_drop)  # every option checked before the model or the data is read
-    budget_s = parse_time_budget(time_budget)
-    chosen_steps = steps(step_names)
-    algos = [a.strip() for a in algo.split(",") if a.strip()]
-    if not algos:
-        raise CalibError("--algo: no algorithm named")
-    for a in algos:
-        registry.get(a)
-    chosen = choose_task(task, head, charset, metric, postprocess)
+    if not data_args.data:
+        raise CalibError("--data: give the samples (calibration and held-out evaluation), or a recipe as MODEL")
     proto = load_model(model)
     check_fp32(proto, model, False)
     _, detection = chosen.detection(proto, model)
@@ -145,11 +102,101 @@ def recover(ctx, model, data_args, target, max_drop, calib_samples, batch_size, 
             raise
         raise DataError(f"--calib-samples {calib_samples}: {data_args.data} has no samples left for the held-out "
                         "evaluation: give more data or a smaller --calib-samples") from None
+    return model, info, cal, ev, Evaluation(chosen.task, detection, chosen.hook, chosen.user), memory
+
+
+RECIPE_ONLY_FLAGS = ("data", "task", "head", "charset", "metric", "postprocess", "input_shapes", "batch_axes",
+                     "consts", "memory_budget", "batch_size")
+
+
+@click.command()
+@click.argument("model", type=click.Path(dir_okay=False), metavar="MODEL|RECIPE")
+@data_options(required=False)
+@click.option("--target", metavar="METRIC>=VALUE",
+              help="The figure to reach, named as in report.json (the _vs_fp32 suffix optional): map50_95>=0.95, "
+                   "agreement_top1>=0.99, top1>=0.70 (accuracy against labels), min_output_sqnr_db>=25, "
+                   "cer<=0.02, or your --metric's name. With --max-drop: METRIC alone.")
+@click.option("--max-drop", type=float, help="Reach FP32's own value of the metric (default: the task's primary "
+                                              "figure) minus this.")
+@click.option("--calib-samples", default=32, show_default=True, type=click.IntRange(1),
+              help="The first samples of --data (seeded order) calibrate; the rest are the held-out evaluation "
+                   "(a recipe's evaluation_data, where it has one, is held out instead).")
+@click.option("--batch-size", default=8, show_default=True, type=click.IntRange(1))
+@task_options
+@click.option("--algo", default="minmax,entropy,percentile,mse", show_default=True,
+              help="Algorithms whose scales are compared all INT8, and per tensor.")
+@click.option("--percentile", default=99.99, show_default=True, type=click.FloatRange(0, 100, min_open=True))
+@click.option("--steps", "step_names", default="equalize,bias,per-tensor", show_default=True,
+              help="Recovery in INT8 tried before the fallback, each kept only where it helps (or none).")
+@click.option("--precision", type=click.Choice(["fp16", "fp32"]), default="fp16", show_default=True,
+              help="What the fallback keeps layers in.")
+@click.option("--deploy", type=click.Choice(["implicit", "qdq"]), default="implicit", show_default=True,
+              help="The build simulated: implicit INT8 from the cache, or the Q/DQ model.")
+@click.option("--engine-layers", type=click.Path(exists=True, dir_okay=False),
+              help="An engine's JSON sidecar or inspector JSON: simulate what that engine runs in INT8/FP16/FP32.")
+@click.option("--time-budget", metavar="DURATION",
+              help="Stop searching after this long (900, 15m) and publish the best configuration so far.")
+@click.option("--trt-version", default="8600", show_default=True, help="Digits of the cache header.")
+@click.option("--carrier", default="EntropyCalibration2", show_default=True,
+              help="Calibrator algorithm named in the cache header (the class that will read it).")
+@model_options
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="With a recipe: override a key.")
+@click.option("--out", "-o", required=True, type=click.Path(file_okay=False))
+@click.pass_context
+@handled
+@with_data
+def recover(ctx, model, data_args, target, max_drop, calib_samples, batch_size, task, head, charset, metric,
+            postprocess, algo, percentile, step_names, precision, deploy, engine_layers, time_budget, trt_version,
+            carrier, input_shapes, batch_axes, consts, memory_budget, overrides, out):
+    """Recover INT8 accuracy on MODEL (or a RECIPE's model, data and task) until --target holds: in INT8 first,
+    then with the fewest layers in float."""
+    from calib.algorithms import registry
+    from calib.search.recover import RecoverSpec
+    from calib.search.recover import recover as run_recovery
+    from calib.search.recover_out import summary_line
+    from calib.search.target import parse_target
+
+    given_path(out, "--out")
+    goal = parse_target(target, max_drop)  # every option checked before the model or the data is read
+    budget_s = parse_time_budget(time_budget)
+    chosen_steps = steps(step_names)
+    algos = [a.strip() for a in algo.split(",") if a.strip()]
+    if not algos:
+        raise CalibError("--algo: no algorithm named")
+    for a in algos:
+        registry.get(a)
+    names = {**CLI_NAMES, "evaluation_data.limit": "--limit"}
+    if Path(model).suffix.lower() in (".yaml", ".yml"):
+        from calib.recipe import load_recipe
+        from calib.search.recover_recipe import recipe_inputs
+
+        given = [p for p in ctx.command.params if p.name in RECIPE_ONLY_FLAGS + tuple(
+            f.name for f in dataclasses.fields(data_args)) and _given(ctx, p.name)]
+        if given:
+            raise CalibError(f"{max(given[0].opts, key=len)}: {model} is a recipe: its data, preprocessing, shapes "
+                             "and task come from it (change them with --set KEY=VALUE)")
+        r = load_recipe(model, overrides)
+        got = recipe_inputs(r, calib_samples)
+        c, e = r.calibration, r.evaluation
+        algos = algos if _given(ctx, "algo") else list(c.algorithms)
+        percentile = percentile if _given(ctx, "percentile") else c.percentile
+        deploy = deploy if _given(ctx, "deploy") else e.deploy
+        engine_layers = engine_layers or e.engine_layers
+        trt_version = trt_version if _given(ctx, "trt_version") else c.trt_version
+        carrier = carrier if _given(ctx, "carrier") else c.carrier
+        model_file, info, cal, ev, evaluation, memory = got.model, got.info, got.calibration, got.evaluation, \
+            got.judged, got.memory
+        names, inputs = None, [model]
+    else:
+        if overrides:
+            raise CalibError("--set: only with a recipe as MODEL")
+        chosen = choose_task(task, head, charset, metric, postprocess)
+        model_file, info, cal, ev, evaluation, memory = _from_flags(
+            model, data_args, calib_samples, batch_size, chosen, input_shapes, batch_axes, consts, memory_budget)
+        inputs = [data_args.data]
     spec = RecoverSpec(goal, tuple(algos), percentile, chosen_steps, precision=precision, deploy=deploy,
                        engine_layers=engine_layers, time_budget=budget_s, trt_version=trt_version, carrier=carrier)
-    evaluation = Evaluation(chosen.task, detection, chosen.hook, chosen.user)
-    names = {**CLI_NAMES, "evaluation_data.limit": "--limit"}
-    res = run_recovery(model, info, cal, ev, spec, evaluation, out, memory, batch_size, names,
-                       inputs=[data_args.data, engine_layers], command=command_line(ctx))
+    res = run_recovery(model_file, info, cal, ev, spec, evaluation, out, memory, batch_size, names,
+                       inputs=[*inputs, engine_layers], command=command_line(ctx))
     click.echo(summary_line(res))
     click.echo(f"wrote {Path(out) / 'recover.md'}")

@@ -19,12 +19,15 @@ class TaskScores:
     decides the task, as in evaluate); `user` a calib.evaluate.scores.user.Metric."""
 
     def __init__(self, names, task: str, outputs, detection: DetectionSpec = DetectionSpec(), hook=None,
-                 user=None):
+                 user=None, reference: bool = True):
+        """reference: FP32's detections scored too (against the dataset's boxes: fp32_points), at the cost of
+        one more mAP."""
         self.names, self.task, self.outputs = list(names), task, list(outputs)
         self.detection, self.hook, self.user = detection, hook, user
         self.comps = {n: Comparison(n, outputs=tuple(self.outputs)) for n in self.names}
         self.cls = {n: Classification() for n in self.names}
-        self.det = DetectionTally(detection, self.names, self.outputs, score_reference=True, decoder=hook) \
+        self.reference = reference
+        self.det = DetectionTally(detection, self.names, self.outputs, score_reference=reference, decoder=hook) \
             if task == "detection" else None
         self.tally = ScoreTally(metric=user) if user is not None else None
         self.n = 0
@@ -45,7 +48,8 @@ class TaskScores:
         if self.hook is not None and self.n == 0:
             self.task = hook_task(self.hook, ref, self.task, self.outputs)
             if self.task == "detection" and self.det is None:
-                self.det = DetectionTally(self.detection, self.names, self.outputs, decoder=self.hook)
+                self.det = DetectionTally(self.detection, self.names, self.outputs,
+                                          score_reference=self.reference, decoder=self.hook)
             if self.task in ("text", "embedding"):
                 self.tally = ScoreTally("text" if self.task == "text" else "vectors", self.user)
         for name, test in tests.items():

@@ -83,8 +83,8 @@ class Measure:
         base = self.qmodel if model is None else at_qdq_opset(initializers_not_inputs(model))
         return simulated_model(base, amax, self.precision, Exclusions(tuple(sorted(float_layers))))
 
-    def tally(self, outs: list[dict], name: str = "int8") -> TaskScores:
-        t = TaskScores([name], self.task, self.outputs, self.detection, self.hook, self.user)
+    def tally(self, outs: list[dict], name: str = "int8", reference: bool = False) -> TaskScores:
+        t = TaskScores([name], self.task, self.outputs, self.detection, self.hook, self.user, reference)
         for (b, s, m), ref, test in zip(self.batches, self.ref, outs):
             t.update(b, s, m, ref, {name: test})
         self.task = t.task  # a hook's first result decides it
@@ -101,7 +101,7 @@ class Measure:
     def figures(self, amax: dict, float_layers=(), model: onnx.ModelProto | None = None) -> tuple[dict, dict]:
         """(point values, figures with intervals) of one variant, and FP32's own figures against labels in the
         points under 'fp32:<name>'."""
-        t = self.tally(self.run(self.variant(amax, float_layers, model)))
+        t = self.tally(self.run(self.variant(amax, float_layers, model)), reference=True)
         self.runs += 1
         pts = t.points("int8")
         pts.update({f"fp32:{k}": v for k, v in t.fp32_points().items()})

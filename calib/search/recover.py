@@ -25,6 +25,7 @@ from calib.evaluate.confidence import primary_metric
 from calib.io.memory import Budget
 from calib.io.publish import publish
 from calib.quantize.model import ModelInfo, initializers_not_inputs, load_model
+from calib.quantize.opset import at_qdq_opset
 from calib.quantize.qdq import quantizable_layers
 from calib.quantize.shapes import fixed_batch
 from calib.recipe import DetectionSpec
@@ -159,7 +160,8 @@ class Recovery:
         from calib.pipeline import deployed_precision
 
         pm = deployed_precision(self.model_path, spec.deploy, spec.engine_layers, "--engine-layers")
-        proto = initializers_not_inputs(load_model(self.model_path))
+        # below opset 13 converted once (names kept): every variant's weights are this model's
+        proto = at_qdq_opset(initializers_not_inputs(load_model(self.model_path)), str(self.model_path))
         t = time.monotonic()
         self.measure = Measure(proto, self.info, self.eval_source, self.ev.task, self.ev.detection, self.ev.hook,
                                self.ev.user, self.micro, pm, hint=(self.option_names or {}).get(
