@@ -128,6 +128,9 @@ RECIPE_ONLY_FLAGS = ("data", "task", "head", "charset", "metric", "postprocess",
 @click.option("--percentile", default=99.99, show_default=True, type=click.FloatRange(0, 100, min_open=True))
 @click.option("--steps", "step_names", default="equalize,bias,per-tensor", show_default=True,
               help="Recovery in INT8 tried before the fallback, each kept only where it helps (or none).")
+@click.option("--rank-samples", default=16, show_default=True, type=click.IntRange(0),
+              help="Held-out samples the layer ranking and the per-tensor choice are measured on (0: all); every "
+                   "step is judged on all of them.")
 @click.option("--precision", type=click.Choice(["fp16", "fp32"]), default="fp16", show_default=True,
               help="What the fallback keeps layers in.")
 @click.option("--deploy", type=click.Choice(["implicit", "qdq"]), default="implicit", show_default=True,
@@ -146,8 +149,8 @@ RECIPE_ONLY_FLAGS = ("data", "task", "head", "charset", "metric", "postprocess",
 @handled
 @with_data
 def recover(ctx, model, data_args, target, max_drop, calib_samples, batch_size, task, head, charset, metric,
-            postprocess, algo, percentile, step_names, precision, deploy, engine_layers, time_budget, trt_version,
-            carrier, input_shapes, batch_axes, consts, memory_budget, overrides, out):
+            postprocess, algo, percentile, step_names, rank_samples, precision, deploy, engine_layers, time_budget,
+            trt_version, carrier, input_shapes, batch_axes, consts, memory_budget, overrides, out):
     """Recover INT8 accuracy on MODEL (or a RECIPE's model, data and task) until --target holds: in INT8 first,
     then with the fewest layers in float."""
     from calib.algorithms import registry
@@ -194,7 +197,8 @@ def recover(ctx, model, data_args, target, max_drop, calib_samples, batch_size, 
         model_file, info, cal, ev, evaluation, memory = _from_flags(
             model, data_args, calib_samples, batch_size, chosen, input_shapes, batch_axes, consts, memory_budget)
         inputs = [data_args.data]
-    spec = RecoverSpec(goal, tuple(algos), percentile, chosen_steps, precision=precision, deploy=deploy,
+    spec = RecoverSpec(goal, tuple(algos), percentile, chosen_steps, rank_samples=rank_samples or None,
+                       precision=precision, deploy=deploy,
                        engine_layers=engine_layers, time_budget=budget_s, trt_version=trt_version, carrier=carrier)
     res = run_recovery(model_file, info, cal, ev, spec, evaluation, out, memory, batch_size, names,
                        inputs=[*inputs, engine_layers], command=command_line(ctx))

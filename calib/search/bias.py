@@ -1,8 +1,13 @@
 """Bias correction: INT8 shifts the mean of a quantized layer's output (weights rounded one way more than the
-other, activations clipped); the shift per output channel, measured on the calibration samples against FP32, is
-taken off the layer's bias (a bias is added where the layer has none). The FP32 model with the corrected biases
-computes what the INT8 engine then computes on average: TensorRT builds it unchanged (its Q/DQ model, or its cache
-beside it). A few rounds, because a corrected layer changes the shifts downstream of it."""
+other, activations clipped and rounded); the shift per output channel is taken off the layer's bias (a bias is added
+where the layer has none). The FP32 model with the corrected biases computes what the INT8 engine then computes on
+average: TensorRT builds it unchanged (its Q/DQ model, or its cache beside it).
+
+The shift is each layer's own, measured locally as in data-free quantization's bias correction (Nagel et al.,
+2019) but on the calibration samples: E[W_q Q(x)] - E[W x] per output channel, from the per-channel means of the
+layer's FP32 input x and of that input rounded with its scale (one FP32 pass), and the weights rounded per output
+channel as the Q/DQ model rounds them. Shifts measured on the INT8 model itself would count an upstream layer's
+shift again in every layer after it (a deep detector's corrections then diverge)."""
 from __future__ import annotations
 
 import logging
@@ -12,42 +17,75 @@ import onnx
 from onnx import numpy_helper
 
 from calib.quantize.model import constant_value, initializers_not_inputs
+from calib.quantize.qdq import activation_scale, weight_scales
+from calib.quantize.ties import tie_amax
 from calib.runners.feed import fed
 from calib.runners.onnxruntime import OrtRunner
 
 log = logging.getLogger(__name__)
-OPS = ("Conv", "ConvTranspose", "Gemm")
+OPS = ("Conv", "Gemm")
 SUFFIX = ".bias_corrected"
 
 
-def correctable(model: onnx.ModelProto, layers) -> list:
-    """The nodes among `layers` whose output channels a bias can shift: Conv and ConvTranspose (channels on axis
-    1) and Gemm without transposed C (the last axis), with constant weights."""
+def correctable(model: onnx.ModelProto, layers, amax: dict | None = None) -> list:
+    """The nodes among `layers` whose output channels a bias can shift: Conv (channels on axis 1) and Gemm
+    without a transposed A (the last axis), with constant weights (and, with `amax`, a scale for the input)."""
     want = set(layers)
     out = []
     for node in model.graph.node:
         if (node.name or node.output[0]) in want and node.op_type in OPS and len(node.input) > 1 \
-                and constant_value(model, node.input[1]) is not None:
+                and constant_value(model, node.input[1]) is not None \
+                and not any(a.name == "transA" and a.i for a in node.attribute) \
+                and (amax is None or node.input[0] in amax):
             out.append(node)
     return out
+
+
+def _rounded(x: np.ndarray, amax: float) -> np.ndarray:
+    scale = activation_scale(amax)
+    if scale is None:
+        return x
+    return np.clip(np.rint(x / scale), -127, 127) * scale  # calib's Q/DQ: symmetric, zero point 0
+
+
+def _weights_q(w: np.ndarray, axis: int) -> np.ndarray:
+    s = weight_scales(w, axis)
+    shape = [1] * w.ndim
+    shape[axis] = -1
+    s = s.reshape(shape)
+    return np.clip(np.rint(w / s), -127, 127) * s
+
+
+def _attr(node, name, default):
+    return next((a.i for a in node.attribute if a.name == name), default)
+
+
+def _shift(model, node, mean_x: np.ndarray, mean_q: np.ndarray) -> np.ndarray | None:
+    """E[W_q Q(x)] - E[W x] per output channel, the input taken uniform over its spatial positions."""
+    w = np.asarray(constant_value(model, node.input[1]), np.float64)
+    if node.op_type == "Conv":
+        g = _attr(node, "group", 1) or 1
+        cout, cin_g = w.shape[0], w.shape[1]
+        if mean_x.shape[0] != cin_g * g:
+            return None
+        wq = _weights_q(w, 0)
+        ws, wqs = w.reshape(cout, cin_g, -1).sum(2), wq.reshape(cout, cin_g, -1).sum(2)
+        grp = np.arange(cout) // (cout // g)  # output channel -> its group's input channels
+        idx = grp[:, None] * cin_g + np.arange(cin_g)[None, :]
+        return (wqs * mean_q[idx]).sum(1) - (ws * mean_x[idx]).sum(1)
+    b = w.T if _attr(node, "transB", 0) else w  # [K, N]
+    if mean_x.shape[0] != b.shape[0]:
+        return None
+    bq = _weights_q(b, 1)
+    alpha = next((a.f for a in node.attribute if a.name == "alpha"), 1.0)
+    return alpha * (mean_q @ bq - mean_x @ b)
 
 
 def _channels(model, node) -> int:
     w = constant_value(model, node.input[1])
     if node.op_type == "Conv":
         return int(w.shape[0])
-    if node.op_type == "ConvTranspose":
-        group = next((a.i for a in node.attribute if a.name == "group"), 1) or 1
-        return int(w.shape[1]) * group
-    trans_b = any(a.name == "transB" and a.i for a in node.attribute)
-    return int(w.shape[0] if trans_b else w.shape[1])
-
-
-def _mean_shift(ref: np.ndarray, test: np.ndarray, op: str) -> np.ndarray:
-    d = test.astype(np.float64) - ref.astype(np.float64)
-    axis = 1 if op != "Gemm" else d.ndim - 1
-    d = np.moveaxis(d, axis, 0)
-    return d.reshape(d.shape[0], -1).mean(1)
+    return int(w.shape[0] if _attr(node, "transB", 0) else w.shape[1])
 
 
 def _biases(model, nodes) -> dict:
@@ -74,39 +112,52 @@ def with_biases(model: onnx.ModelProto, biases: dict) -> onnx.ModelProto:
     return m
 
 
-def correct(model: onnx.ModelProto, make_int8, batches, layers, layout=None, rounds: int = 2):
-    """(the FP32 model with corrected biases, {layer: largest shift corrected}) for the `layers` that can take
-    one. `make_int8(model)` gives the simulated INT8 model of a model (the deployed engine's placement and
-    scales); `batches` the calibration feeds (canonical layout, `layout` the model's)."""
+def _input_means(model, tensors: list, amax: dict, ops: dict, batches, layout) -> dict:
+    """tensor -> (per-channel mean of x, of x rounded with its scale) over `batches`, one FP32 run."""
+    run = fed(OrtRunner(model, expose=tensors, spin=False, lean=True, label="FP32"), layout)
+    sums: dict = {}
+    n = 0
+    for b in batches:
+        got = run.run(b, tensors)
+        for t in tensors:
+            x = np.asarray(got[t], np.float64)
+            axis = 1 if ops[t] == "Conv" else x.ndim - 1
+            q = _rounded(x, amax[t])
+            red = tuple(i for i in range(x.ndim) if i != axis)
+            cnt = x.size // x.shape[axis]
+            s = sums.setdefault(t, [0.0, 0.0, 0])
+            s[0] = s[0] + x.sum(red)
+            s[1] = s[1] + q.sum(red)
+            s[2] += cnt
+        n += 1
+    return {t: (s[0] / max(s[2], 1), s[1] / max(s[2], 1)) for t, s in sums.items()}
+
+
+def correct(model: onnx.ModelProto, amax: dict, batches, layers, layout=None):
+    """(the FP32 model with corrected biases, {layer: largest shift taken off}) for the `layers` that can take
+    one; `amax` the activation scales (ties applied as in the Q/DQ model), `batches` the calibration feeds
+    (canonical layout, `layout` the model's)."""
     model = initializers_not_inputs(model)
-    nodes = correctable(model, layers)
+    amax = tie_amax(model, amax, qdq=True)
+    nodes = correctable(model, layers, amax)
     if not nodes:
         return model, {}
-    names = [n.output[0] for n in nodes]
-    ref_run = fed(OrtRunner(model, expose=names, spin=False, lean=True, label="FP32"), layout)
-    refs = [ref_run.run(b, names) for b in batches]
-    del ref_run
+    ops = {n.input[0]: n.op_type for n in nodes}
+    means = _input_means(model, list(ops), amax, ops, batches, layout)
     biases = _biases(model, nodes)
-    done = {n.name or n.output[0]: 0.0 for n in nodes}
-    for k in range(rounds):
-        q = make_int8(with_biases(model, biases))
-        run = fed(OrtRunner(q, expose=names, spin=False, lean=True, label="INT8 simulation"), layout)
-        sums = {t: 0.0 for t in names}
-        for b, ref in zip(batches, refs):
-            got = run.run(b, names)
-            for node in nodes:
-                t = node.output[0]
-                sums[t] = sums[t] + _mean_shift(ref[t], got[t], node.op_type) * len(next(iter(b.values())))
-        total = sum(len(next(iter(b.values()))) for b in batches)
-        for node in nodes:
-            t = node.output[0]
-            shift = sums[t] / max(total, 1)
-            if shift.shape[0] != biases[t].shape[0]:
-                continue  # a layout calib cannot read: left as it is
-            biases[t] = (biases[t] - shift).astype(np.float32)
-            done[node.name or t] = max(done[node.name or t], float(np.abs(shift).max()))
-        log.info("bias correction round %d: largest shift %.3g", k + 1, max(done.values(), default=0.0))
-    return with_biases(model, biases), done
+    done = {}
+    for node in nodes:
+        if node.input[0] not in means:
+            continue
+        shift = _shift(model, node, *means[node.input[0]])
+        t = node.output[0]
+        if shift is None or shift.shape[0] != biases[t].shape[0] or not np.all(np.isfinite(shift)):
+            continue  # a layout calib cannot read: left as it is
+        biases[t] = (biases[t] - shift).astype(np.float32)
+        done[node.name or t] = float(np.abs(shift).max())
+    log.info("bias correction: %d layers, largest shift %.3g", len(done), max(done.values(), default=0.0))
+    return with_biases(model, {t: b for t, b in biases.items()
+                               if any((n.name or n.output[0]) in done and n.output[0] == t for n in nodes)}), done
 
 
 def revert(corrected: onnx.ModelProto, original: onnx.ModelProto, layers) -> onnx.ModelProto:

@@ -67,6 +67,19 @@ class Measure:
         self.ref = self.run(self.model, "FP32")
         self.runs = 0
 
+    def head(self, samples: int) -> Measure:
+        """The same measure on its first batches holding at least `samples` samples (FP32's outputs shared): the
+        cheaper one a ranking uses."""
+        import copy
+
+        sub = copy.copy(self)
+        keep, n = 0, 0
+        while keep < len(self.batches) and n < samples:
+            n += int(next(iter(self.batches[keep][0].values())).shape[0])
+            keep += 1
+        sub.batches, sub.ref, sub.samples = self.batches[:keep], self.ref[:keep], n
+        return sub
+
     def run(self, proto: onnx.ModelProto, what: str = "variant") -> list[dict]:
         """The graph outputs of `proto` on every evaluation batch (canonical layout, samples first)."""
         r = fed(OrtRunner(proto, spin=False, lean=True, label=what), self.info.layout)

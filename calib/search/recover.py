@@ -46,6 +46,7 @@ class RecoverSpec:
     percentile: float = 99.99
     steps: tuple = STEPS  # the in-INT8 steps to try, in this order
     per_tensor_layers: int = 8  # the most sensitive layers whose inputs try the other algorithms' scales
+    rank_samples: int | None = 16  # held-out samples the layer ranking is measured on (None: all of them)
     precision: str = "fp16"  # what the fallback keeps layers in
     deploy: str = "implicit"  # the build simulated: implicit (the cache) or qdq
     engine_layers: str | None = None
@@ -123,6 +124,8 @@ class Recovery:
         self.calib_source, self.eval_source, self.memory = calib_source, eval_source, memory
         self.micro, self.option_names = micro, option_names
         self.steps: list[dict] = []
+        self.curve: list[dict] = []  # the fallback's measured points: layers in float -> figure, INT8 share
+        self.ranked_on = None  # held-out samples the ranking was measured on
         self.clock = Clock(spec.time_budget)
 
     # -- measuring -----------------------------------------------------------------------------------------
@@ -222,14 +225,14 @@ class Recovery:
             from calib.search.bias import correct
 
             feeds = feeds or _batches(self.calib_source, self.fixed, self.measure.step)
-            fixed, done = correct(state.model, lambda m: self.measure.variant(state.scales(), (), m), feeds,
-                                  quantizable_layers(state.model), self.info.layout)
+            fixed, done = correct(state.model, state.scales(), feeds, quantizable_layers(state.model),
+                                  self.info.layout)
             if done:
                 cand = State(fixed, state.algorithm, state.amax, dict(state.overrides), state.weights + ["bias"],
                              unbiased=state.model)
                 state = self._try("bias correction", state, cand,
-                                  f"{len(done)} layers' output means corrected (largest shift "
-                                  f"{max(done.values()):.3g})", layers=len(done))
+                                  f"{len(done)} layers' output means corrected for their own INT8 shift "
+                                  f"(largest {max(done.values()):.3g})", layers=len(done))
         return state
 
     def _equalize(self, state: State, feeds) -> State:
@@ -255,8 +258,8 @@ class Recovery:
             self.amaxes = amaxes  # the other algorithms' scales, for the per-tensor choice, are the new model's
         return new
 
-    def _scorer(self, state: State) -> Scorer:
-        return Scorer(state.model, state.amax, [], self.key, measure=self.measure, sign=self.sign,
+    def _scorer(self, state: State, measure: Measure | None = None) -> Scorer:
+        return Scorer(state.model, state.amax, [], self.key, measure=measure or self.measure, sign=self.sign,
                       fp32_value=oriented(self.fp32_value, self.sign), weights=state.weights_for,
                       deadline=self.clock.deadline)
 
@@ -267,13 +270,20 @@ class Recovery:
         layers = [n for n in quantizable_layers(state.model)
                   if pm is None or pm.mode != "implicit" or pm.nodes.get(n, INT8) == INT8]
         overrides = {t: v for t, (_, v) in state.overrides.items()} or None
-        ranking = rank(scorer, layers, both=False, stop_at=self.goal) if not self.clock.out() else \
-            [{"layer": n, "ranked": False} for n in layers]
+        sub = self.measure.head(self.spec.rank_samples) if self.spec.rank_samples else self.measure
+        whole = sub.samples >= self.measure.samples
+        ranker = scorer if whole else self._scorer(state, sub)  # a subset ranks; the whole set decides
+        ranking = rank(ranker, layers, both=False, stop_at=self.goal if whole else None) \
+            if not self.clock.out() else [{"layer": n, "ranked": False} for n in layers]
+        self.ranked_on = sub.samples
         if "per_tensor" in self.spec.steps and len(self.amaxes) > 1 and not self.clock.out():
-            state, overrides = self._per_tensor(state, scorer, ranking)
+            state, overrides = self._per_tensor(state, ranker, ranking)  # chosen on the subset, judged on all
         if self.met(state):
             return ranking, None, state
         found = search(scorer, ranking, self.goal, overrides, chart=False)
+        order = [r["layer"] for r in ranking]
+        self.curve = [{"float_layers": k, "value": self.sign * v if v > float("-inf") else None,
+                       "int8_macs_share": int8_share(self.macs, order[:k])} for k, v in found["curve"]]
         got = self._measure(state, float_layers=found["float_layers"])
         new = dataclasses.replace(state, float_layers=tuple(found["float_layers"]), value=got["score"],
                                   sqnr=got["sqnr"])
@@ -313,8 +323,9 @@ class Recovery:
                                   "alone_in_float": self.sign * gain[n]["all_but_this"]
                                   if "all_but_this" in gain.get(n, {}) else None} for n in state.float_layers],
                 "int8_macs_share": int8_share(self.macs, state.float_layers),
-                "steps": self.steps, "all_int8": self.all_int8, "deploy": self.spec.deploy,
+                "steps": self.steps, "all_int8": self.all_int8, "fallback_curve": self.curve, "deploy": self.spec.deploy,
                 "evaluation_samples": self.measure.samples, "calibration_samples": samples,
+                "ranking_samples": self.ranked_on,
                 "variants_measured": self.measure.runs, "seconds": round(self.clock.elapsed(), 1),
                 "out_of_time": bool(found and found.get("out_of_time")),
                 "ranking": [r for r in ranking if r.get("ranked", True)][:50],

@@ -106,13 +106,20 @@ def markdown(res: dict) -> str:
     share = res.get("int8_macs_share")
     lines += ["", "## Layers kept in float", ""]
     if res["float_layers"]:
-        lines += ["| layer | precision | target figure with only it in float |", "|---|---|---|"]
+        lines += [f"| layer | precision | target figure with only it in float (on the {res['ranking_samples']} "
+                  "samples the ranking used) |", "|---|---|---|"]
         lines += [f"| `{f['layer']}` | {f['precision']} | {_fmt(f['alone_in_float'])} |" for f in res["float_layers"]]
         lines.append("")
         lines.append("They are the first layers of the ranking (each layer alone in float, the target figure "
                      "measured) whose fallback meets the target: the fewest found by bisection.")
     else:
         lines.append("None: every quantizable layer stays in INT8.")
+    if res.get("fallback_curve"):
+        lines += ["", "Measured on the way (the ranking's first k layers in float):", "",
+                  "| layers in float | figure | multiply-adds in INT8 |", "|---|---|---|"]
+        lines += [f"| {c['float_layers']} | {_fmt(c['value'])} | "
+                  + (f"{100 * c['int8_macs_share']:.1f} % |" if c["int8_macs_share"] is not None else "- |")
+                  for c in res["fallback_curve"]]
     lines += ["", "## Predicted speed", "",
               (f"{100 * share:.1f} % of the model's multiply-adds (Conv, MatMul, Gemm) stay in INT8; the rest run "
                "in FP16. A configuration pays against FP16 only where most of them do; measure the engine "
