@@ -107,7 +107,7 @@ def test_stops_at_once_when_all_int8_meets_the_target(tmp_path):
     (["--target", "out_sqnr_db>=30", "--time-budget", "0.001"], "--time-budget"),
     (["--target", "out_sqnr_db>=30", "--time-budget", "-5"], "--time-budget: '-5'"),
     (["--target", "out_sqnr_db>=30", "--limit", "40"], "evaluation samples cannot tell"),
-    (["--target", "out_sqnr_db>=30", "--steps", "adaround"], "--steps: unknown step 'adaround'"),
+    (["--target", "out_sqnr_db>=30", "--steps", "smoothquant"], "--steps: unknown step 'smoothquant'"),
 ])
 def test_bad_input_is_one_line_and_nothing_is_written(tmp_path, args, flag):
     m = sensitive(tmp_path / "s.onnx")
@@ -254,3 +254,51 @@ def test_sensitivity_runs_a_fixed_batch_model_and_stops_when_all_int8_meets_the_
     assert r.exit_code == 0, r.output
     got = json.loads((tmp_path / "easy" / "sensitivity.json").read_text())
     assert got["float_layers"] == [] and got["ranking"] == [] and got["variants_run"] <= 4
+
+
+def test_a_target_on_boxes_fp32_never_finds_is_refused(tmp_path):
+    from heads_graphs import fixed_outputs
+
+    boxes = np.tile(np.array([[[4.0, 4.0, 20.0, 20.0]]], np.float32), (1, 8, 1))
+    scores = np.full((1, 8, 2), 0.01, np.float32)  # below every confidence threshold: FP32 finds no box
+    m = fixed_outputs(tmp_path / "d.onnx", {"boxes": boxes, "scores": scores}, hw=(16, 16))
+    x = tmp_path / "x.npy"
+    np.save(x, np.random.default_rng(0).uniform(0, 1, (48, 3, 16, 16)).astype(np.float32))
+    out = tmp_path / "out"
+    r = CliRunner().invoke(main, ["-q", "recover", str(m), "--data", str(x), "--head", "boxes-scores", "--target",
+                                  "map50_95>=0.9", "-o", str(out)])
+    assert r.exit_code == 2, r.output
+    assert r.output.strip().splitlines()[-1].startswith("error: --target: map50_95_vs_fp32 cannot be measured: "
+                                                        "FP32 finds no boxes"), r.output
+    assert not out.exists() or not any(out.iterdir())
+
+
+def test_learned_rounding_beats_nearest_on_correlated_inputs():
+    """Two weights 10.45 and 20.35 (on a scale of 1: the row's largest is 127) fed the same input: nearest rounding
+    loses 0.8 of it, the first rounded up only 0.2; the same with 10.3 and 20.45 the other way round."""
+    from calib.search.adaround import learn
+
+    w = np.array([[127.0, 10.45, 20.35], [127.0, 10.3, 20.45], [127.0, -3.5, 50.0]])
+    g = np.array([[1.0, 0.0, 0.0], [0.0, 1.0, 1.0], [0.0, 1.0, 1.0]])
+    q = learn(w, g)
+    np.testing.assert_array_equal(q[:2], [[127, 11, 20], [127, 10, 21]])
+    assert abs(q[2, 1] + q[2, 2] - 46.5) <= 0.5 and q[2, 0] == 127  # the scale stays: 127 stays 127
+
+
+def test_learned_rounding_keeps_the_scale_and_writes_grid_weights(tmp_path):
+    from calib.search.adaround import adaround
+    from calib.quantize.qdq import weight_scales
+
+    m = conv_net(tmp_path / "c.onnx", ["N", 3, 8, 8])
+    x = np.random.default_rng(3).normal(size=(16, 3, 8, 8)).astype(np.float32)
+    proto = onnx.load(str(m))
+    new, done = adaround(proto, [{"images": x}], ["conv1", "conv2"])
+    assert set(done) == {"conv1", "conv2"} and all(r <= 1.0 for r in done.values())
+    for layer, w0 in (("conv1", "w1"), ("conv2", "w2")):
+        a = numpy_helper.to_array(next(t for t in proto.graph.initializer if t.name == w0))
+        b = numpy_helper.to_array(next(t for t in new.graph.initializer if t.name == f"{layer}.adarounded"))
+        s = weight_scales(a, 0).reshape(-1, 1, 1, 1)
+        np.testing.assert_allclose(weight_scales(b, 0), weight_scales(a, 0), rtol=1e-6)  # same per-channel scale
+        k = b / s
+        np.testing.assert_allclose(k, np.rint(k), atol=1e-3)  # on the INT8 grid
+        assert np.abs(k - a / s).max() < 1.0 + 1e-3  # each weight rounded up or down, never further

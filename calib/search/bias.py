@@ -25,6 +25,7 @@ from calib.runners.onnxruntime import OrtRunner
 log = logging.getLogger(__name__)
 OPS = ("Conv", "Gemm")
 SUFFIX = ".bias_corrected"
+ADJUSTED = (SUFFIX, ".adarounded")  # the initializers the INT8-only steps add
 
 
 def correctable(model: onnx.ModelProto, layers, amax: dict | None = None) -> list:
@@ -60,15 +61,17 @@ def _attr(node, name, default):
     return next((a.i for a in node.attribute if a.name == name), default)
 
 
-def _shift(model, node, mean_x: np.ndarray, mean_q: np.ndarray) -> np.ndarray | None:
-    """E[W_q Q(x)] - E[W x] per output channel, the input taken uniform over its spatial positions."""
-    w = np.asarray(constant_value(model, node.input[1]), np.float64)
+def _shift(model, node, mean_x: np.ndarray, mean_q: np.ndarray, w_fp32=None) -> np.ndarray | None:
+    """E[W_q Q(x)] - E[W x] per output channel, the input taken uniform over its spatial positions (W: `w_fp32`
+    where the model's weights are adjusted already, e.g. rounded by AdaRound)."""
+    wm = np.asarray(constant_value(model, node.input[1]), np.float64)
+    w = wm if w_fp32 is None else np.asarray(w_fp32, np.float64)
     if node.op_type == "Conv":
         g = _attr(node, "group", 1) or 1
         cout, cin_g = w.shape[0], w.shape[1]
         if mean_x.shape[0] != cin_g * g:
             return None
-        wq = _weights_q(w, 0)
+        wq = _weights_q(wm, 0)
         ws, wqs = w.reshape(cout, cin_g, -1).sum(2), wq.reshape(cout, cin_g, -1).sum(2)
         grp = np.arange(cout) // (cout // g)  # output channel -> its group's input channels
         idx = grp[:, None] * cin_g + np.arange(cin_g)[None, :]
@@ -76,7 +79,7 @@ def _shift(model, node, mean_x: np.ndarray, mean_q: np.ndarray) -> np.ndarray | 
     b = w.T if _attr(node, "transB", 0) else w  # [K, N]
     if mean_x.shape[0] != b.shape[0]:
         return None
-    bq = _weights_q(b, 1)
+    bq = _weights_q(wm.T if _attr(node, "transB", 0) else wm, 1)
     alpha = next((a.f for a in node.attribute if a.name == "alpha"), 1.0)
     return alpha * (mean_q @ bq - mean_x @ b)
 
@@ -133,10 +136,11 @@ def _input_means(model, tensors: list, amax: dict, ops: dict, batches, layout) -
     return {t: (s[0] / max(s[2], 1), s[1] / max(s[2], 1)) for t, s in sums.items()}
 
 
-def correct(model: onnx.ModelProto, amax: dict, batches, layers, layout=None):
+def correct(model: onnx.ModelProto, amax: dict, batches, layers, layout=None, reference=None):
     """(the FP32 model with corrected biases, {layer: largest shift taken off}) for the `layers` that can take
     one; `amax` the activation scales (ties applied as in the Q/DQ model), `batches` the calibration feeds
-    (canonical layout, `layout` the model's)."""
+    (canonical layout, `layout` the model's); `reference`: the model with the FP32 weights, where `model`'s are
+    adjusted already (node for node)."""
     model = initializers_not_inputs(model)
     amax = tie_amax(model, amax, qdq=True)
     nodes = correctable(model, layers, amax)
@@ -146,10 +150,14 @@ def correct(model: onnx.ModelProto, amax: dict, batches, layers, layout=None):
     means = _input_means(model, list(ops), amax, ops, batches, layout)
     biases = _biases(model, nodes)
     done = {}
+    ref_w = {}
+    if reference is not None:
+        for n, r in zip(model.graph.node, reference.graph.node):
+            ref_w[n.output[0]] = constant_value(reference, r.input[1]) if len(r.input) > 1 else None
     for node in nodes:
         if node.input[0] not in means:
             continue
-        shift = _shift(model, node, *means[node.input[0]])
+        shift = _shift(model, node, *means[node.input[0]], ref_w.get(node.output[0]))
         t = node.output[0]
         if shift is None or shift.shape[0] != biases[t].shape[0] or not np.all(np.isfinite(shift)):
             continue  # a layout calib cannot read: left as it is
@@ -161,8 +169,8 @@ def correct(model: onnx.ModelProto, amax: dict, batches, layers, layout=None):
 
 
 def revert(corrected: onnx.ModelProto, original: onnx.ModelProto, layers) -> onnx.ModelProto:
-    """`corrected` with the `layers` given back their uncorrected bias (from `original`, the model before the
-    correction, node for node): a layer kept in float computes what FP32 computes."""
+    """`corrected` with the `layers` given back their inputs in `original` (the model before the INT8-only steps,
+    bias correction and learned rounding, node for node): a layer kept in float computes what FP32 computes."""
     names = set(layers)
     if not names:
         return corrected
@@ -173,7 +181,7 @@ def revert(corrected: onnx.ModelProto, original: onnx.ModelProto, layers) -> onn
             del node.input[:]
             node.input.extend(old.input)
     used = {i for n in m.graph.node for i in n.input}
-    keep = [t for t in m.graph.initializer if not t.name.endswith(SUFFIX) or t.name in used]
+    keep = [t for t in m.graph.initializer if not t.name.endswith(ADJUSTED) or t.name in used]
     del m.graph.initializer[:]
     m.graph.initializer.extend(keep)
     return m

@@ -36,7 +36,7 @@ from calib.search.measure import Measure, oriented
 from calib.search.recover_out import write_outputs
 
 log = logging.getLogger(__name__)
-STEPS = ("equalize", "bias", "per_tensor")
+STEPS = ("equalize", "adaround", "bias", "per_tensor")
 
 
 @dataclass(frozen=True)
@@ -77,7 +77,7 @@ class State:
     float_layers: tuple = ()
     value: float = float("-inf")  # oriented
     sqnr: float = float("-inf")
-    unbiased: onnx.ModelProto | None = None  # the model before bias correction, where that was kept
+    unbiased: onnx.ModelProto | None = None  # the model before the INT8-only steps (rounding, bias), where kept
 
     def scales(self) -> dict:
         return {**self.amax, **{t: v for t, (_, v) in self.overrides.items()}}
@@ -221,15 +221,28 @@ class Recovery:
         if "equalize" in steps and layout_ok and not self.met(state) and not self.clock.out():
             feeds = feeds or _batches(self.calib_source, self.fixed, self.measure.step)
             state = self._equalize(state, feeds)
+        if "adaround" in steps and not self.met(state) and not self.clock.out():
+            from calib.search.adaround import adaround
+
+            feeds = feeds or _batches(self.calib_source, self.fixed, self.measure.step)
+            rounded, done = adaround(state.model, feeds, quantizable_layers(state.model), self.info.layout,
+                                     deadline=self.clock.deadline)
+            if done:
+                cand = dataclasses.replace(state, model=rounded, weights=state.weights + ["adaround"],
+                                           unbiased=state.unbiased or state.model)
+                ratios = sorted(done.values())
+                state = self._try("learned weight rounding (AdaRound)", state, cand,
+                                  f"{len(done)} layers; output error on the calibration inputs "
+                                  f"{ratios[len(ratios) // 2]:.2f} of nearest rounding's (median)", layers=len(done))
         if "bias" in steps and not self.met(state) and not self.clock.out():
             from calib.search.bias import correct
 
             feeds = feeds or _batches(self.calib_source, self.fixed, self.measure.step)
             fixed, done = correct(state.model, state.scales(), feeds, quantizable_layers(state.model),
-                                  self.info.layout)
+                                  self.info.layout, reference=state.unbiased)
             if done:
                 cand = State(fixed, state.algorithm, state.amax, dict(state.overrides), state.weights + ["bias"],
-                             unbiased=state.model)
+                             unbiased=state.unbiased or state.model)
                 state = self._try("bias correction", state, cand,
                                   f"{len(done)} layers' output means corrected for their own INT8 shift "
                                   f"(largest {max(done.values()):.3g})", layers=len(done))
@@ -239,10 +252,12 @@ class Recovery:
         from calib.equalize import equalize, find_pairs
 
         pairs = find_pairs(state.model)
-        if not pairs:
-            return state
-        eq, done = equalize(state.model, feeds, pairs)
+        eq, done = equalize(state.model, feeds, pairs) if pairs else (state.model, [])
         if not done:
+            self.steps.append({"step": "cross-layer equalization", "value": None, "ci95": None, "n": None,
+                               "before": self.sign * state.value, "kept": False, "seconds": round(
+                                   self.clock.elapsed(), 1), "note": "no Conv pair to equalize (two Conv layers with "
+                                                                     "only Relu, Clip or a pass-through op between)"})
             return state
         with tempfile.TemporaryDirectory(prefix="calib-recover-") as tmp:
             path = Path(tmp) / "equalized.onnx"
