@@ -302,3 +302,18 @@ def test_learned_rounding_keeps_the_scale_and_writes_grid_weights(tmp_path):
         k = b / s
         np.testing.assert_allclose(k, np.rint(k), atol=1e-3)  # on the INT8 grid
         assert np.abs(k - a / s).max() < 1.0 + 1e-3  # each weight rounded up or down, never further
+
+
+def test_a_float_layer_fp16_cannot_hold_is_fp32(tmp_path):
+    """Inputs up to 100: convA's output (convB's input) reaches 1e5, past FP16's 65504: convB stays FP32."""
+    m = sensitive(tmp_path / "s.onnx")
+    x = tmp_path / "x.npy"
+    np.save(x, np.random.default_rng(0).uniform(10, 100.0, (64, 2, 4, 4)).astype(np.float32))
+    out = tmp_path / "out"
+    r = CliRunner().invoke(main, ["-q", "recover", str(m), "--data", str(x), "--target", "out_sqnr_db>=30",
+                                  "--steps", "none", "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    assert (out / "layer_precisions.txt").read_text() == "convB=fp32\n"
+    res = json.loads((out / "recover.json").read_text())
+    assert res["float_layers"][0]["precision"] == "fp32" and "65504" in res["float_layers"][0]["why_fp32"]
+    assert "1 layer in float" in r.output

@@ -131,6 +131,9 @@ RECIPE_ONLY_FLAGS = ("data", "task", "head", "charset", "metric", "postprocess",
 @click.option("--rank-samples", default=16, show_default=True, type=click.IntRange(0),
               help="Held-out samples the layer ranking and the per-tensor choice are measured on (0: all); every "
                    "step is judged on all of them.")
+@click.option("--rank-by", type=click.Choice(["metric", "sqnr"]), default="metric", show_default=True,
+              help="What orders the layers: the target's figure with each alone in float, or the outputs' SQNR "
+                   "gain (continuous: for a coarse figure on few samples).")
 @click.option("--precision", type=click.Choice(["fp16", "fp32"]), default="fp16", show_default=True,
               help="What the fallback keeps layers in.")
 @click.option("--deploy", type=click.Choice(["implicit", "qdq"]), default="implicit", show_default=True,
@@ -149,8 +152,8 @@ RECIPE_ONLY_FLAGS = ("data", "task", "head", "charset", "metric", "postprocess",
 @handled
 @with_data
 def recover(ctx, model, data_args, target, max_drop, calib_samples, batch_size, task, head, charset, metric,
-            postprocess, algo, percentile, step_names, rank_samples, precision, deploy, engine_layers, time_budget,
-            trt_version, carrier, input_shapes, batch_axes, consts, memory_budget, overrides, out):
+            postprocess, algo, percentile, step_names, rank_samples, rank_by, precision, deploy, engine_layers,
+            time_budget, trt_version, carrier, input_shapes, batch_axes, consts, memory_budget, overrides, out):
     """Recover INT8 accuracy on MODEL (or a RECIPE's model, data and task) until --target holds: in INT8 first,
     then with the fewest layers in float."""
     from calib.algorithms import registry
@@ -198,7 +201,7 @@ def recover(ctx, model, data_args, target, max_drop, calib_samples, batch_size, 
             model, data_args, calib_samples, batch_size, chosen, input_shapes, batch_axes, consts, memory_budget)
         inputs = [data_args.data]
     spec = RecoverSpec(goal, tuple(algos), percentile, chosen_steps, rank_samples=rank_samples or None,
-                       precision=precision, deploy=deploy,
+                       rank_by=rank_by, precision=precision, deploy=deploy,
                        engine_layers=engine_layers, time_budget=budget_s, trt_version=trt_version, carrier=carrier)
     res = run_recovery(model_file, info, cal, ev, spec, evaluation, out, memory, batch_size, names,
                        inputs=[*inputs, engine_layers], command=command_line(ctx))

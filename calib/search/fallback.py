@@ -149,7 +149,8 @@ class Scorer:
         return self.sqnr_cache[self._key(float_layers, overrides)]
 
 
-def rank(scorer: Scorer, layers: list[str], both: bool = True, stop_at: float | None = None) -> list[dict]:
+def rank(scorer: Scorer, layers: list[str], both: bool = True, stop_at: float | None = None,
+         by_sqnr: bool = False) -> list[dict]:
     """Per layer: the score with only this layer in float ('all but this' quantized) and, with `both`, the
     score with only this layer quantized. Sorted, with `both`, by the damage the layer does alone (lowest
     'only this' score first, then the largest gain): on deep nets where errors add up over many layers, taking
@@ -158,7 +159,8 @@ def rank(scorer: Scorer, layers: list[str], both: bool = True, stop_at: float | 
 
     Bounded: with `stop_at`, the ranking stops at the first layer whose fallback alone reaches it (no answer
     has fewer layers in float), and past the scorer's deadline it stops where it is; the layers not ranked
-    follow in the order given, marked "ranked": False."""
+    follow in the order given, marked "ranked": False. `by_sqnr`: sorted by the output SQNR's gain first, a
+    continuous figure, where the metric's gains are small against its noise (a coarse metric on few samples)."""
     base = scorer.score(())
     base_sqnr = scorer.sqnr(())
     rows = []
@@ -181,6 +183,8 @@ def rank(scorer: Scorer, layers: list[str], both: bool = True, stop_at: float | 
                 break
     if both:
         rows.sort(key=lambda r: (r["only_this"], -r["gain"], -r["sqnr_gain_db"]))
+    elif by_sqnr:
+        rows.sort(key=lambda r: (-r["sqnr_gain_db"], -r["gain"]))
     else:
         rows.sort(key=lambda r: (-r["gain"], -r["sqnr_gain_db"]))
     if stop_at is not None and rows and rows[0]["all_but_this"] < stop_at:

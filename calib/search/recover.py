@@ -47,6 +47,7 @@ class RecoverSpec:
     steps: tuple = STEPS  # the in-INT8 steps to try, in this order
     per_tensor_layers: int = 8  # the most sensitive layers whose inputs try the other algorithms' scales
     rank_samples: int | None = 16  # held-out samples the layer ranking is measured on (None: all of them)
+    rank_by: str = "metric"  # metric | sqnr: what orders the layers (sqnr: the outputs' SQNR gain first)
     precision: str = "fp16"  # what the fallback keeps layers in
     deploy: str = "implicit"  # the build simulated: implicit (the cache) or qdq
     engine_layers: str | None = None
@@ -159,6 +160,8 @@ class Recovery:
         self.params = {"percentile": {"percentile": spec.percentile}}
         self.amaxes, _, _ = compute_all(stats, info2.activations, algos, self.params, model=self.model_path)
         self.samples, self.fingerprint, self.activations = samples, fp, info2.activations
+        have = set(stats.names())
+        self.ranges = {t: float(stats.absmax(t)) for t in info2.activations if t in have}  # FP16 or FP32
         del stats
         from calib.pipeline import deployed_precision
 
@@ -288,7 +291,8 @@ class Recovery:
         sub = self.measure.head(self.spec.rank_samples) if self.spec.rank_samples else self.measure
         whole = sub.samples >= self.measure.samples
         ranker = scorer if whole else self._scorer(state, sub)  # a subset ranks; the whole set decides
-        ranking = rank(ranker, layers, both=False, stop_at=self.goal if whole else None) \
+        ranking = rank(ranker, layers, both=False, stop_at=self.goal if whole else None,
+                       by_sqnr=self.spec.rank_by == "sqnr") \
             if not self.clock.out() else [{"layer": n, "ranked": False} for n in layers]
         self.ranked_on = sub.samples
         if "per_tensor" in self.spec.steps and len(self.amaxes) > 1 and not self.clock.out():
@@ -302,7 +306,8 @@ class Recovery:
         got = self._measure(state, float_layers=found["float_layers"])
         new = dataclasses.replace(state, float_layers=tuple(found["float_layers"]), value=got["score"],
                                   sqnr=got["sqnr"])
-        self._step(f"fallback: {len(found['float_layers'])} layers in {self.spec.precision}", got, state, True,
+        k = len(found["float_layers"])
+        self._step(f"fallback: {k} layer{'s' if k != 1 else ''} in float", got, state, True,
                    "the fewest layers of the ranking in float that meet the target" if found["met"] else
                    "the target is not met" + (" (time budget spent: the best so far)" if found["out_of_time"]
                                               else " even with every ranked layer in float"),

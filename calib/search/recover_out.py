@@ -11,7 +11,6 @@ from calib.evaluate.deploy_doc import deploy_commands
 from calib.io.files import atomic_write_bytes, atomic_write_json, atomic_write_text
 from calib.quantize.cache import Sidecar, write_cache, write_sidecar
 from calib.quantize.qdq import Exclusions, insert_qdq
-from calib.search.fallback import layer_precisions
 from calib.version import __version__
 
 log = logging.getLogger(__name__)
@@ -46,13 +45,17 @@ def write_outputs(stage: Path, out: Path, res: dict, recovery, command: str | No
                                                            "steps": state.weights}, amax, sha,
                              recovery.fingerprint, __version__, spec.trt_version, spec.carrier, recovery.samples))
     floats = [f["layer"] for f in res["float_layers"]]
-    atomic_write_text(stage / "layer_precisions.txt", layer_precisions(floats, spec.precision))
-    atomic_write_text(stage / "exclude.txt", "".join(f"{n}\n" for n in floats))
     qdq = f"{stem}.recovered.qdq.onnx"
     atomic_write_bytes(stage / qdq, insert_qdq(weights, amax, Exclusions(tuple(floats))).SerializeToString())
     files.append(qdq)
-    fp16 = _fp16_model(stage, stem, weights, amax, floats)
+    fp16, fp32_nodes = _fp16_model(stage, stem, weights, amax, floats, recovery.ranges)
     files += [fp16] if fp16 else []
+    for f in res["float_layers"]:  # FP16 cannot hold what the calibration pass saw there: FP32
+        if f["precision"] == "fp16" and f["layer"] in fp32_nodes:
+            f.update(precision="fp32", why_fp32=fp32_nodes[f["layer"]])
+    atomic_write_text(stage / "layer_precisions.txt", "".join(f"{f['layer']}={f['precision']}\n"
+                                                              for f in res["float_layers"]))
+    atomic_write_text(stage / "exclude.txt", "".join(f"{n}\n" for n in floats))
     res.update(files=sorted(files), cache=CACHE, model_file=str(model_file), qdq_model=qdq, fp16_model=fp16,
                command=command)
     doc = {"out_dir": str(out), "model_file": str(model_file), "caches": {"recovered": str(out / CACHE)},
@@ -63,19 +66,21 @@ def write_outputs(stage: Path, out: Path, res: dict, recovery, command: str | No
     return res
 
 
-def _fp16_model(stage: Path, stem: str, weights, amax: dict, floats) -> str | None:
-    """The FP16+INT8 model (strongly typed TensorRT 10.x, 11.x), or None where this model cannot be made one."""
+def _fp16_model(stage: Path, stem: str, weights, amax: dict, floats, ranges: dict) -> tuple[str | None, dict]:
+    """The FP16+INT8 model (strongly typed TensorRT 10.x, 11.x), and its nodes FP16 cannot hold (node -> why, from
+    the calibration pass's ranges); (None, {}) where this model cannot be made one."""
     from calib.errors import CalibError
     from calib.quantize.fp16_model import make_fp16_model
 
     name = f"{stem}.recovered.fp16.qdq.onnx"
     try:
-        f = make_fp16_model(weights, amax, exclude=Exclusions(tuple(floats)), label=stem)
+        f = make_fp16_model(weights, amax, ranges, "the calibration pass", exclude=Exclusions(tuple(floats)),
+                            label=stem)
     except CalibError as exc:
         log.warning("no FP16+INT8 model: %s", exc)
-        return None
+        return None, {}
     atomic_write_bytes(stage / name, f.model.SerializeToString())
-    return name
+    return name, {r["node"]: f"{r['rule']}: {r['reason']}" for r in f.fp32_table()}
 
 
 def summary_line(res: dict) -> str:
@@ -88,7 +93,7 @@ def summary_line(res: dict) -> str:
     head = "meets the target" if res["met"] else "does NOT meet the target"
     late = " (time budget spent: best so far)" if res.get("out_of_time") else ""
     return (f"{head}{late}: {res['metric']} {_fmt(res['value'])} ({res['target']}) with "
-            f"{len(res['float_layers'])} layers in float{speed}; steps kept: "
+            f"{len(res['float_layers'])} layer{'s' if len(res['float_layers']) != 1 else ''} in float{speed}; steps kept: "
             + (", ".join(s["step"] for s in res["steps"][1:] if s["kept"]) or "none"))
 
 
@@ -108,7 +113,8 @@ def markdown(res: dict) -> str:
     if res["float_layers"]:
         lines += [f"| layer | precision | target figure with only it in float (on the {res['ranking_samples']} "
                   "samples the ranking used) |", "|---|---|---|"]
-        lines += [f"| `{f['layer']}` | {f['precision']} | {_fmt(f['alone_in_float'])} |" for f in res["float_layers"]]
+        lines += [f"| `{f['layer']}` | {f['precision']}{' (' + f['why_fp32'] + ')' if f.get('why_fp32') else ''} | "
+                  f"{_fmt(f['alone_in_float'])} |" for f in res["float_layers"]]
         lines.append("")
         lines.append("They are the first layers of the ranking (each layer alone in float, the target figure "
                      "measured) whose fallback meets the target: the fewest found by bisection.")
