@@ -302,6 +302,10 @@ def test_learned_rounding_keeps_the_scale_and_writes_grid_weights(tmp_path):
         k = b / s
         np.testing.assert_allclose(k, np.rint(k), atol=1e-3)  # on the INT8 grid
         assert np.abs(k - a / s).max() < 1.0 + 1e-3  # each weight rounded up or down, never further
+    one_by_one, _ = adaround(proto, [{"images": x}], ["conv1", "conv2"], gram_bytes=1)  # a pass per layer
+    for t in ("conv1.adarounded", "conv2.adarounded"):
+        got = [numpy_helper.to_array(next(i for i in mm.graph.initializer if i.name == t)) for mm in (new, one_by_one)]
+        np.testing.assert_array_equal(*got)
 
 
 def test_a_float_layer_fp16_cannot_hold_is_fp32(tmp_path):

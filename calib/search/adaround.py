@@ -124,23 +124,47 @@ def learn(w: np.ndarray, g: np.ndarray, steps: int = 300, lam: float = 0.01, lr:
 
 
 def adaround(model: onnx.ModelProto, batches, layers, layout=None, max_cost: float = 2e8, steps: int = 200,
-             deadline: float | None = None):
-    """(the model with learned-rounding weights on the INT8 grid, {layer: output error learned / nearest})."""
+             deadline: float | None = None, gram_bytes: int = 256 << 20):
+    """(the model with learned-rounding weights on the INT8 grid, {layer: output error learned / nearest}). The
+    layers go in groups whose Gram matrices fit `gram_bytes`, one FP32 pass each."""
     model = initializers_not_inputs(model)
     nodes = [n for n in layers_for(model, layers)
              if _matrix(model, n).shape[0] * _matrix(model, n).shape[1] ** 2 <= max_cost]
     if not nodes:
         return model, {}
-    g = grams(model, nodes, batches, layout)
     m = onnx.ModelProto()
     m.CopyFrom(model)
     index = {(n.name or n.output[0]): i for i, n in enumerate(m.graph.node)}
     done = {}
-    for n in nodes:
+    for group in _groups(model, nodes, gram_bytes):
         if deadline is not None and time.monotonic() > deadline:
             break
+        g = grams(model, group, batches, layout)  # one FP32 pass per group: the Gram matrices held stay bounded
+        _learn_group(model, m, group, g, index, done, steps, deadline)
+    log.info("learned rounding: %d layers, output error %.2f of nearest rounding's (median)", len(done),
+             float(np.median(list(done.values()))) if done else 1.0)
+    return m, done
+
+
+def _groups(model, nodes, limit: int) -> list[list]:
+    """`nodes` in consecutive groups whose Gram matrices (float64, inputs^2 each) take at most `limit` bytes."""
+    out, size = [[]], 0
+    for n in nodes:
+        b = 8 * _matrix(model, n).shape[1] ** 2
+        if out[-1] and size + b > limit:
+            out.append([])
+            size = 0
+        out[-1].append(n)
+        size += b
+    return out
+
+
+def _learn_group(model, m, group, g: dict, index: dict, done: dict, steps: int, deadline) -> None:
+    for n in group:
+        if deadline is not None and time.monotonic() > deadline:
+            return
         w = _matrix(model, n)
-        gg = g[n.output[0]]
+        gg = g.pop(n.output[0])
         new = learn(w, gg, steps)
         s = weight_scales(w, 0).astype(np.float64).reshape(-1, 1)
         nearest = np.clip(np.rint(w / s), -127, 127) * s
@@ -152,6 +176,3 @@ def adaround(model: onnx.ModelProto, batches, layers, layout=None, max_cost: flo
         m.graph.initializer.append(numpy_helper.from_array(arr.astype(np.float32), name))
         m.graph.node[index[n.name or n.output[0]]].input[1] = name
         done[n.name or n.output[0]] = e_new / e_near if e_near > 0 else 1.0
-    log.info("learned rounding: %d layers, output error %.2f of nearest rounding's (median)", len(done),
-             float(np.median(list(done.values()))) if done else 1.0)
-    return m, done
