@@ -79,6 +79,9 @@ def test_steps_in_int8_come_first_and_each_is_judged(tmp_path):
     eq = next(s for s in res["steps"] if s["step"] == "cross-layer equalization")
     assert eq["kept"] and eq["value"] > eq["before"] + 5  # channel 1's 1000x moved into convB's weights
     for s in res["steps"]:
+        if s["value"] is None:  # a step with nothing to do here, said so
+            assert not s["kept"] and s["note"].startswith("no ")
+            continue
         assert s["ci95"] is not None and s["ci95"][0] <= s["value"] <= s["ci95"][1]
     assert res["met"] and [f["layer"] for f in res["float_layers"]] == ["convB"]
     assert (out / "s.recovered.onnx").is_file()  # adjusted weights: the FP32 model the cache is for
@@ -107,7 +110,7 @@ def test_stops_at_once_when_all_int8_meets_the_target(tmp_path):
     (["--target", "out_sqnr_db>=30", "--time-budget", "0.001"], "--time-budget"),
     (["--target", "out_sqnr_db>=30", "--time-budget", "-5"], "--time-budget: '-5'"),
     (["--target", "out_sqnr_db>=30", "--limit", "40"], "evaluation samples cannot tell"),
-    (["--target", "out_sqnr_db>=30", "--steps", "smoothquant"], "--steps: unknown step 'smoothquant'"),
+    (["--target", "out_sqnr_db>=30", "--steps", "adaround,gptq"], "--steps: unknown step 'gptq'"),
 ])
 def test_bad_input_is_one_line_and_nothing_is_written(tmp_path, args, flag):
     m = sensitive(tmp_path / "s.onnx")
@@ -321,3 +324,49 @@ def test_a_float_layer_fp16_cannot_hold_is_fp32(tmp_path):
     res = json.loads((out / "recover.json").read_text())
     assert res["float_layers"][0]["precision"] == "fp32" and "65504" in res["float_layers"][0]["why_fp32"]
     assert "1 layer in float" in r.output
+
+
+def outlier_matmul(path):
+    """x [N, 8] -> MatMul(W [8, 4]) -> out: channel 0 of x runs 100x the others (an outlier channel)."""
+    w = np.random.default_rng(1).normal(size=(8, 4)).astype(np.float32)
+    g = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["out"], name="mm")], "mm",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8])],
+                          [helper.make_tensor_value_info("out", TensorProto.FLOAT, ["N", 4])],
+                          [numpy_helper.from_array(w, "w")])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], ir_version=8), str(path))
+    return path
+
+
+def test_smoothing_levels_an_outlier_channel_and_keeps_fp32(tmp_path):
+    from calib.runners.onnxruntime import OrtRunner
+    from calib.search.smooth import smooth
+
+    m = onnx.load(str(outlier_matmul(tmp_path / "m.onnx")))
+    x = np.random.default_rng(0).normal(size=(64, 8)).astype(np.float32)
+    x[:, 0] *= 100
+    new, done = smooth(m, [{"x": x}], ["mm"])
+    assert set(done) == {"mm"} and done["mm"] > 50
+    np.testing.assert_allclose(OrtRunner(new).run({"x": x})["out"], OrtRunner(m).run({"x": x})["out"], rtol=1e-4,
+                               atol=1e-3)
+    leveled = OrtRunner(new, expose=["mm.smoothed.input"]).run({"x": x})["mm.smoothed.input"]
+    mx = np.abs(leveled).max(0)
+    assert mx.max() / np.median(mx) < done["mm"] / 5  # the outlier channel is level with the rest now
+    x2 = np.random.default_rng(0).normal(size=(64, 8)).astype(np.float32)  # no outlier: nothing to do
+    assert smooth(m, [{"x": x2}], ["mm"])[1] == {}
+
+
+def test_recover_keeps_smoothing_where_it_helps(tmp_path):
+    p = outlier_matmul(tmp_path / "m.onnx")
+    x = np.random.default_rng(0).uniform(-1, 1, size=(96, 8)).astype(np.float32)  # bounded: no clipping
+    x[:, 0] *= 100
+    np.save(tmp_path / "x.npy", x)
+    out = tmp_path / "out"
+    r = CliRunner().invoke(main, ["-q", "recover", str(p), "--data", str(tmp_path / "x.npy"), "--target",
+                                  "out_sqnr_db>=40", "--algo", "minmax", "--steps", "smoothquant", "--deploy", "qdq",
+                                  "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    res = json.loads((out / "recover.json").read_text())
+    step = next(s for s in res["steps"] if s["step"].startswith("activation smoothing"))
+    assert step["kept"] and step["value"] > step["before"] + 8  # 38.7 -> 48.3 dB
+    assert res["met"] and res["float_layers"] == [] and res["weights_changed"] == ["smoothquant"]
+    assert (out / "m.recovered.onnx").is_file()

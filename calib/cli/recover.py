@@ -17,7 +17,8 @@ from calib.cli.data import memory_budget as parse_budget
 from calib.cli.task import choose_task, task_options
 from calib.errors import CalibError, DataError
 
-STEP_NAMES = {"equalize": "equalize", "adaround": "adaround", "bias": "bias", "per-tensor": "per_tensor"}
+STEP_NAMES = {"equalize": "equalize", "smoothquant": "smoothquant", "adaround": "adaround", "bias": "bias",
+              "per-tensor": "per_tensor"}
 
 
 def parse_time_budget(text: str | None) -> float | None:
@@ -126,7 +127,7 @@ RECIPE_ONLY_FLAGS = ("data", "task", "head", "charset", "metric", "postprocess",
 @click.option("--algo", default="minmax,entropy,percentile,mse", show_default=True,
               help="Algorithms whose scales are compared all INT8, and per tensor.")
 @click.option("--percentile", default=99.99, show_default=True, type=click.FloatRange(0, 100, min_open=True))
-@click.option("--steps", "step_names", default="equalize,adaround,bias,per-tensor", show_default=True,
+@click.option("--steps", "step_names", default="equalize,smoothquant,adaround,bias,per-tensor", show_default=True,
               help="Recovery in INT8 tried before the fallback, each kept only where it helps (or none).")
 @click.option("--rank-samples", default=16, show_default=True, type=click.IntRange(0),
               help="Held-out samples the layer ranking and the per-tensor choice are measured on (0: all); every "

@@ -36,7 +36,7 @@ from calib.search.measure import Measure, oriented
 from calib.search.recover_out import write_outputs
 
 log = logging.getLogger(__name__)
-STEPS = ("equalize", "adaround", "bias", "per_tensor")
+STEPS = ("equalize", "smoothquant", "adaround", "bias", "per_tensor")
 
 
 @dataclass(frozen=True)
@@ -224,6 +224,9 @@ class Recovery:
         if "equalize" in steps and layout_ok and not self.met(state) and not self.clock.out():
             feeds = feeds or _batches(self.calib_source, self.fixed, self.measure.step)
             state = self._equalize(state, feeds)
+        if "smoothquant" in steps and not self.met(state) and not self.clock.out():
+            feeds = feeds or _batches(self.calib_source, self.fixed, self.measure.step)
+            state = self._smooth(state, feeds)
         if "adaround" in steps and not self.met(state) and not self.clock.out():
             from calib.search.adaround import adaround
 
@@ -262,18 +265,41 @@ class Recovery:
                                    self.clock.elapsed(), 1), "note": "no Conv pair to equalize (two Conv layers with "
                                                                      "only Relu, Clip or a pass-through op between)"})
             return state
-        with tempfile.TemporaryDirectory(prefix="calib-recover-") as tmp:
-            path = Path(tmp) / "equalized.onnx"
-            path.write_bytes(eq.SerializeToString())
-            _, stats, _, _ = collect(path, self.calib_source, label="calibration data", info=None,
-                                     tensorrt_grid=needs_tensorrt_grid([state.algorithm]), budget=self.memory,
-                                     option_names=self.option_names)
-            algos = list(self.amaxes)
-            amaxes, _, _ = compute_all(stats, self.activations, algos, self.params, model=path)
+        amaxes = self._recalibrated(eq)
         cand = State(eq, state.algorithm, amaxes[state.algorithm], {}, state.weights + ["equalize"])
         new = self._try("cross-layer equalization", state, cand, f"{len(done)} of {len(pairs)} Conv pairs")
         if new is cand:
             self.amaxes = amaxes  # the other algorithms' scales, for the per-tensor choice, are the new model's
+        return new
+
+    def _recalibrated(self, model: onnx.ModelProto) -> dict:
+        """Every algorithm's scales for a rewritten FP32 model (another calibration pass)."""
+        with tempfile.TemporaryDirectory(prefix="calib-recover-") as tmp:
+            path = Path(tmp) / "rewritten.onnx"
+            path.write_bytes(model.SerializeToString())
+            info, stats, _, _ = collect(path, self.calib_source, label="calibration data", info=None,
+                                        tensorrt_grid=needs_tensorrt_grid(list(self.amaxes)), budget=self.memory,
+                                        option_names=self.option_names)
+            amaxes, _, _ = compute_all(stats, info.activations, list(self.amaxes), self.params, model=path)
+        return amaxes
+
+    def _smooth(self, state: State, feeds) -> State:
+        from calib.search.smooth import smooth
+
+        smoothed, done = smooth(state.model, feeds, quantizable_layers(state.model), self.info.layout)
+        if not done:
+            self.steps.append({"step": "activation smoothing (SmoothQuant)", "value": None, "ci95": None, "n": None,
+                               "before": self.sign * state.value, "kept": False,
+                               "seconds": round(self.clock.elapsed(), 1),
+                               "note": "no MatMul/Gemm input with outlier channels"})
+            return state
+        amaxes = self._recalibrated(smoothed)
+        cand = State(smoothed, state.algorithm, amaxes[state.algorithm], {}, state.weights + ["smoothquant"])
+        new = self._try("activation smoothing (SmoothQuant)", state, cand,
+                        f"{len(done)} MatMul/Gemm layers (largest channel {max(done.values()):.0f}x the median)",
+                        layers=len(done))
+        if new is cand:
+            self.amaxes = amaxes
         return new
 
     def _scorer(self, state: State, measure: Measure | None = None) -> Scorer:
