@@ -80,7 +80,7 @@ def _from_flags(model, data_args, calib_samples, batch_size, chosen, input_shape
     from calib.evaluate.tasks import detection_format, output_shapes
     from calib.quantize.model import check_fp32, inspect_model, load_model
     from calib.quantize.shapes import fix_input_shapes
-    from calib.search.recover import Evaluation
+    from calib.search.recover_state import Evaluation
 
     if not data_args.data:
         raise CalibError("--data: give the samples (calibration and held-out evaluation), or a recipe as MODEL")
@@ -158,8 +158,8 @@ def recover(ctx, model, data_args, target, max_drop, calib_samples, batch_size, 
     """Recover INT8 accuracy on MODEL (or a RECIPE's model, data and task) until --target holds: in INT8 first,
     then with the fewest layers in float."""
     from calib.algorithms import registry
-    from calib.search.recover import RecoverSpec
     from calib.search.recover import recover as run_recovery
+    from calib.search.recover_state import RecoverSpec
     from calib.search.recover_out import summary_line
     from calib.search.target import parse_target
 

@@ -11,15 +11,10 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import tempfile
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
-import onnx
-
 from calib.calibrate import collect, compute_all, needs_tensorrt_grid
-from calib.data.rebatch import FixedBatches
 from calib.errors import CalibError
 from calib.evaluate.confidence import primary_metric
 from calib.io.memory import Budget
@@ -28,94 +23,16 @@ from calib.quantize.model import ModelInfo, initializers_not_inputs, load_model
 from calib.quantize.opset import at_qdq_opset
 from calib.quantize.qdq import quantizable_layers
 from calib.quantize.shapes import fixed_batch
-from calib.recipe import DetectionSpec
 from calib.search import target as tg
 from calib.search.fallback import OutOfTime, Scorer, best_of, layer_inputs, rank, search
 from calib.search.macs import int8_share, layer_macs
 from calib.search.measure import Measure, oriented
 from calib.search.recover_out import write_outputs
+from calib.search.recover_state import Clock, Evaluation, RecoverSpec, State
+from calib.search.recover_steps import in_int8
 
 log = logging.getLogger(__name__)
-STEPS = ("equalize", "smoothquant", "adaround", "bias", "per_tensor")
-
-
-@dataclass(frozen=True)
-class RecoverSpec:
-    target: tg.Target
-    algorithms: tuple = ("minmax", "entropy", "percentile", "mse")
-    percentile: float = 99.99
-    steps: tuple = STEPS  # the in-INT8 steps to try, in this order
-    per_tensor_layers: int = 8  # the most sensitive layers whose inputs try the other algorithms' scales
-    rank_samples: int | None = 16  # held-out samples the layer ranking is measured on (None: all of them)
-    rank_by: str = "metric"  # metric | sqnr: what orders the layers (sqnr: the outputs' SQNR gain first)
-    precision: str = "fp16"  # what the fallback keeps layers in
-    deploy: str = "implicit"  # the build simulated: implicit (the cache) or qdq
-    engine_layers: str | None = None
-    time_budget: float | None = None  # seconds
-    trt_version: str = "8600"
-    carrier: str = "EntropyCalibration2"
-
-
-@dataclass
-class Evaluation:
-    """What the held-out samples are scored on (as calib evaluate scores them)."""
-
-    task: str = "outputs"
-    detection: DetectionSpec = DetectionSpec()
-    hook: object = None
-    user: object = None
-
-
-@dataclass
-class State:
-    """The configuration so far: the FP32 model's weights, the scales, the float layers."""
-
-    model: onnx.ModelProto
-    algorithm: str
-    amax: dict
-    overrides: dict = field(default_factory=dict)  # tensor -> (algorithm, amax)
-    weights: list = field(default_factory=list)  # the steps that changed the weights
-    float_layers: tuple = ()
-    value: float = float("-inf")  # oriented
-    sqnr: float = float("-inf")
-    unbiased: onnx.ModelProto | None = None  # the model before the INT8-only steps (rounding, bias), where kept
-
-    def scales(self) -> dict:
-        return {**self.amax, **{t: v for t, (_, v) in self.overrides.items()}}
-
-    def weights_for(self, float_layers) -> onnx.ModelProto:
-        """The weights with `float_layers` in float: their bias corrections (made for INT8) undone."""
-        if self.unbiased is None or not float_layers:
-            return self.model
-        from calib.search.bias import revert
-
-        return revert(self.model, self.unbiased, float_layers)
-
-    def deployed(self) -> onnx.ModelProto:
-        return self.weights_for(self.float_layers)
-
-
-class Clock:
-    def __init__(self, budget: float | None):
-        self.t0, self.budget = time.monotonic(), budget
-        self.deadline = self.t0 + budget if budget else None
-
-    def elapsed(self) -> float:
-        return time.monotonic() - self.t0
-
-    def out(self) -> bool:
-        return self.deadline is not None and time.monotonic() > self.deadline
-
-
-def _batches(source, fixed: int | None, step: int) -> list[dict]:
-    """The calibration feeds (cut to the model's fixed batch, then to runs of `step` samples) for the steps that
-    run the model on them (equalization's channel ranges, bias correction's shifts)."""
-    items = ((b, None, None) for b in source)
-    out = []
-    for b, _, _ in (FixedBatches(items, fixed) if fixed else items):
-        n = int(next(iter(b.values())).shape[0])
-        out += [{k: v[lo:lo + step] for k, v in b.items()} for lo in range(0, n, step)]
-    return out
+__all__ = ["Evaluation", "RecoverSpec", "Recovery", "recover"]
 
 
 class Recovery:
@@ -189,7 +106,7 @@ class Recovery:
         already = self.met(state)
         ranking, found = [], None
         if not already:
-            state = self._in_int8(state)
+            state = in_int8(self, state)
         if not already and not self.met(state):
             ranking, found, state = self._fallback(state, pm)
         return self._result(state, already, ranking, found, samples)
@@ -210,97 +127,13 @@ class Recovery:
                                for a, r in rows.items()) + ")", algorithm=best)
         return new
 
-    def _try(self, name: str, state: State, cand: State, note: str, **extra) -> State:
+    def judge(self, name: str, state: State, cand: State, note: str, **extra) -> State:
+        """`cand` measured on the held-out samples: kept where it raises the target figure, else `state`."""
         got = self._measure(cand)
         cand.value, cand.sqnr = got["score"], got["sqnr"]
         keep = (cand.value, cand.sqnr) > (state.value, state.sqnr) and cand.value >= state.value
         self._step(name, got, state, keep, note, **extra)
         return cand if keep else state
-
-    def _in_int8(self, state: State) -> State:
-        steps = self.spec.steps
-        layout_ok = self.info.layout.identity
-        feeds = None
-        if "equalize" in steps and layout_ok and not self.met(state) and not self.clock.out():
-            feeds = feeds or _batches(self.calib_source, self.fixed, self.measure.step)
-            state = self._equalize(state, feeds)
-        if "smoothquant" in steps and not self.met(state) and not self.clock.out():
-            feeds = feeds or _batches(self.calib_source, self.fixed, self.measure.step)
-            state = self._smooth(state, feeds)
-        if "adaround" in steps and not self.met(state) and not self.clock.out():
-            from calib.search.adaround import adaround
-
-            feeds = feeds or _batches(self.calib_source, self.fixed, self.measure.step)
-            rounded, done = adaround(state.model, feeds, quantizable_layers(state.model), self.info.layout,
-                                     deadline=self.clock.deadline)
-            if done:
-                cand = dataclasses.replace(state, model=rounded, weights=state.weights + ["adaround"],
-                                           unbiased=state.unbiased or state.model)
-                ratios = sorted(done.values())
-                state = self._try("learned weight rounding (AdaRound)", state, cand,
-                                  f"{len(done)} layers; output error on the calibration inputs "
-                                  f"{ratios[len(ratios) // 2]:.2f} of nearest rounding's (median)", layers=len(done))
-        if "bias" in steps and not self.met(state) and not self.clock.out():
-            from calib.search.bias import correct
-
-            feeds = feeds or _batches(self.calib_source, self.fixed, self.measure.step)
-            fixed, done = correct(state.model, state.scales(), feeds, quantizable_layers(state.model),
-                                  self.info.layout, reference=state.unbiased)
-            if done:
-                cand = State(fixed, state.algorithm, state.amax, dict(state.overrides), state.weights + ["bias"],
-                             unbiased=state.unbiased or state.model)
-                state = self._try("bias correction", state, cand,
-                                  f"{len(done)} layers' output means corrected for their own INT8 shift "
-                                  f"(largest {max(done.values()):.3g})", layers=len(done))
-        return state
-
-    def _equalize(self, state: State, feeds) -> State:
-        from calib.equalize import equalize, find_pairs
-
-        pairs = find_pairs(state.model)
-        eq, done = equalize(state.model, feeds, pairs) if pairs else (state.model, [])
-        if not done:
-            self.steps.append({"step": "cross-layer equalization", "value": None, "ci95": None, "n": None,
-                               "before": self.sign * state.value, "kept": False, "seconds": round(
-                                   self.clock.elapsed(), 1), "note": "no Conv pair to equalize (two Conv layers with "
-                                                                     "only Relu, Clip or a pass-through op between)"})
-            return state
-        amaxes = self._recalibrated(eq)
-        cand = State(eq, state.algorithm, amaxes[state.algorithm], {}, state.weights + ["equalize"])
-        new = self._try("cross-layer equalization", state, cand, f"{len(done)} of {len(pairs)} Conv pairs")
-        if new is cand:
-            self.amaxes = amaxes  # the other algorithms' scales, for the per-tensor choice, are the new model's
-        return new
-
-    def _recalibrated(self, model: onnx.ModelProto) -> dict:
-        """Every algorithm's scales for a rewritten FP32 model (another calibration pass)."""
-        with tempfile.TemporaryDirectory(prefix="calib-recover-") as tmp:
-            path = Path(tmp) / "rewritten.onnx"
-            path.write_bytes(model.SerializeToString())
-            info, stats, _, _ = collect(path, self.calib_source, label="calibration data", info=None,
-                                        tensorrt_grid=needs_tensorrt_grid(list(self.amaxes)), budget=self.memory,
-                                        option_names=self.option_names)
-            amaxes, _, _ = compute_all(stats, info.activations, list(self.amaxes), self.params, model=path)
-        return amaxes
-
-    def _smooth(self, state: State, feeds) -> State:
-        from calib.search.smooth import smooth
-
-        smoothed, done = smooth(state.model, feeds, quantizable_layers(state.model), self.info.layout)
-        if not done:
-            self.steps.append({"step": "activation smoothing (SmoothQuant)", "value": None, "ci95": None, "n": None,
-                               "before": self.sign * state.value, "kept": False,
-                               "seconds": round(self.clock.elapsed(), 1),
-                               "note": "no MatMul/Gemm input with outlier channels"})
-            return state
-        amaxes = self._recalibrated(smoothed)
-        cand = State(smoothed, state.algorithm, amaxes[state.algorithm], {}, state.weights + ["smoothquant"])
-        new = self._try("activation smoothing (SmoothQuant)", state, cand,
-                        f"{len(done)} MatMul/Gemm layers (largest channel {max(done.values()):.0f}x the median)",
-                        layers=len(done))
-        if new is cand:
-            self.amaxes = amaxes
-        return new
 
     def _scorer(self, state: State, measure: Measure | None = None) -> Scorer:
         return Scorer(state.model, state.amax, [], self.key, measure=measure or self.measure, sign=self.sign,
@@ -351,7 +184,7 @@ class Recovery:
         if not res["choices"]:
             return state, None
         cand = dataclasses.replace(state, overrides=dict(res["choices"]))
-        new = self._try("per-tensor algorithm", state, cand,
+        new = self.judge("per-tensor algorithm", state, cand,
                         f"{len(res['choices'])} of {len(tensors)} tensors (inputs of the {len(top)} most sensitive "
                         "layers) take another algorithm's scale", tensors=len(res["choices"]))
         overrides = {t: v for t, (_, v) in new.overrides.items()} or None

@@ -14,7 +14,7 @@ from calib.io.memory import Budget, parse_size
 from calib.quantize.model import ModelInfo, inspect_model
 from calib.quantize.shapes import fix_input_shapes
 from calib.recipe import Recipe, feeding
-from calib.search.recover import Evaluation
+from calib.search.recover_state import Evaluation
 from calib.zoo.registry import resolve
 
 
