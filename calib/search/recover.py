@@ -63,6 +63,11 @@ class Recovery:
                            "kept": kept, "note": note, "seconds": round(self.clock.elapsed(), 1), **extra})
         log.info("%s: %s %s (%s)", name, self.key, got["value"], "kept" if kept else "not kept")
 
+    def skip(self, name: str, state: State, note: str) -> None:
+        """A step with nothing to do here (or no time left), listed as such."""
+        self.steps.append({"step": name, "value": None, "ci95": None, "n": None, "before": self.sign * state.value,
+                           "kept": False, "note": note, "seconds": round(self.clock.elapsed(), 1)})
+
     def met(self, state: State) -> bool:
         return state.value >= self.goal
 
@@ -180,8 +185,11 @@ class Recovery:
         try:
             res = best_of(scorer, cands, tensors)
         except OutOfTime:
+            self.skip("per-tensor algorithm", state, "not tried: the time budget is spent")
             return state, None
         if not res["choices"]:
+            self.skip("per-tensor algorithm", state, f"no gain from another algorithm's scale on the {len(tensors)} "
+                      f"inputs of the {len(top)} most sensitive layers (ranking samples)")
             return state, None
         cand = dataclasses.replace(state, overrides=dict(res["choices"]))
         new = self.judge("per-tensor algorithm", state, cand,

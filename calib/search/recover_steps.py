@@ -58,10 +58,8 @@ def equalize(r, state: State, feeds) -> State:
     pairs = find_pairs(state.model)
     eq, done = rewrite(state.model, feeds, pairs) if pairs else (state.model, [])
     if not done:
-        r.steps.append({"step": "cross-layer equalization", "value": None, "ci95": None, "n": None,
-                           "before": r.sign * state.value, "kept": False, "seconds": round(
-                               r.clock.elapsed(), 1), "note": "no Conv pair to equalize (two Conv layers with "
-                                                                 "only Relu, Clip or a pass-through op between)"})
+        r.skip("cross-layer equalization", state, "no Conv pair to equalize (two Conv layers with only Relu, Clip or "
+               "a pass-through op between)")
         return state
     amaxes = recalibrated(r, eq)
     cand = State(eq, state.algorithm, amaxes[state.algorithm], {}, state.weights + ["equalize"])
@@ -69,6 +67,7 @@ def equalize(r, state: State, feeds) -> State:
     if new is cand:
         r.amaxes = amaxes  # the other algorithms' scales, for the per-tensor choice, are the new model's
     return new
+
 
 def recalibrated(r, model: onnx.ModelProto) -> dict:
     """Every algorithm's scales for a rewritten FP32 model (another calibration pass)."""
@@ -81,15 +80,13 @@ def recalibrated(r, model: onnx.ModelProto) -> dict:
         amaxes, _, _ = compute_all(stats, info.activations, list(r.amaxes), r.params, model=path)
     return amaxes
 
+
 def smooth_step(r, state: State, feeds) -> State:
     from calib.search.smooth import smooth
 
     smoothed, done = smooth(state.model, feeds, quantizable_layers(state.model), r.info.layout)
     if not done:
-        r.steps.append({"step": "activation smoothing (SmoothQuant)", "value": None, "ci95": None, "n": None,
-                           "before": r.sign * state.value, "kept": False,
-                           "seconds": round(r.clock.elapsed(), 1),
-                           "note": "no MatMul/Gemm input with outlier channels"})
+        r.skip("activation smoothing (SmoothQuant)", state, "no MatMul/Gemm input with outlier channels")
         return state
     amaxes = recalibrated(r, smoothed)
     cand = State(smoothed, state.algorithm, amaxes[state.algorithm], {}, state.weights + ["smoothquant"])
