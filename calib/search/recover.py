@@ -193,8 +193,8 @@ class Recovery:
             return state, None
         cand = dataclasses.replace(state, overrides=dict(res["choices"]))
         new = self.judge("per-tensor algorithm", state, cand,
-                        f"{len(res['choices'])} of {len(tensors)} tensors (inputs of the {len(top)} most sensitive "
-                        "layers) take another algorithm's scale", tensors=len(res["choices"]))
+                         f"{len(res['choices'])} of {len(tensors)} tensors (inputs of the {len(top)} most sensitive "
+                         "layers) take another algorithm's scale", tensors=len(res["choices"]))
         overrides = {t: v for t, (_, v) in new.overrides.items()} or None
         return new, overrides
 

@@ -36,8 +36,8 @@ def in_int8(r, state: State) -> State:
                                        unbiased=state.unbiased or state.model)
             ratios = sorted(done.values())
             state = r.judge("learned weight rounding (AdaRound)", state, cand,
-                              f"{len(done)} layers; output error on the calibration inputs "
-                              f"{ratios[len(ratios) // 2]:.2f} of nearest rounding's (median)", layers=len(done))
+                            f"{len(done)} layers; output error on the calibration inputs "
+                            f"{ratios[len(ratios) // 2]:.2f} of nearest rounding's (median)", layers=len(done))
     if "bias" in steps and not r.met(state) and not r.clock.out():
         from calib.search.bias import correct
 
@@ -48,9 +48,10 @@ def in_int8(r, state: State) -> State:
             cand = State(fixed, state.algorithm, state.amax, dict(state.overrides), state.weights + ["bias"],
                          unbiased=state.unbiased or state.model)
             state = r.judge("bias correction", state, cand,
-                              f"{len(done)} layers' output means corrected for their own INT8 shift "
-                              f"(largest {max(done.values()):.3g})", layers=len(done))
+                            f"{len(done)} layers' output means corrected for their own INT8 shift "
+                            f"(largest {max(done.values()):.3g})", layers=len(done))
     return state
+
 
 def equalize(r, state: State, feeds) -> State:
     from calib.equalize import equalize as rewrite, find_pairs
@@ -91,8 +92,8 @@ def smooth_step(r, state: State, feeds) -> State:
     amaxes = recalibrated(r, smoothed)
     cand = State(smoothed, state.algorithm, amaxes[state.algorithm], {}, state.weights + ["smoothquant"])
     new = r.judge("activation smoothing (SmoothQuant)", state, cand,
-                    f"{len(done)} MatMul/Gemm layers (largest channel {max(done.values()):.0f}x the median)",
-                    layers=len(done))
+                  f"{len(done)} MatMul/Gemm layers (largest channel {max(done.values()):.0f}x the median)",
+                  layers=len(done))
     if new is cand:
         r.amaxes = amaxes
     return new
