@@ -85,6 +85,7 @@ def test_steps_in_int8_come_first_and_each_is_judged(tmp_path):
         assert s["ci95"] is not None and s["ci95"][0] <= s["value"] <= s["ci95"][1]
     assert res["met"] and [f["layer"] for f in res["float_layers"]] == ["convB"]
     assert (out / "s.recovered.onnx").is_file()  # adjusted weights: the FP32 model the cache is for
+    assert res["variants_measured"] >= len(res["steps"]) + 2  # the ranking's, on its subset, counted too
 
 
 def test_stops_at_once_when_all_int8_meets_the_target(tmp_path):

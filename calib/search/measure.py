@@ -65,7 +65,11 @@ class Measure:
         self.samples = sum(int(next(iter(b.values())).shape[0]) for b, _, _ in self.batches)
         self.qmodel = at_qdq_opset(self.model)  # below opset 13: converted once, names kept
         self.ref = self.run(self.model, "FP32")
-        self.runs = 0
+        self._runs = [0]  # shared with the subsets head() makes: every variant measured counts once
+
+    @property
+    def runs(self) -> int:
+        return self._runs[0]
 
     def head(self, samples: int) -> Measure:
         """The same measure on its first batches holding at least `samples` samples (FP32's outputs shared): the
@@ -104,7 +108,7 @@ class Measure:
         return t
 
     def points(self, outs: list[dict]) -> dict:
-        self.runs += 1
+        self._runs[0] += 1
         return self.tally(outs).points("int8")
 
     def score(self, amax: dict, float_layers=(), model: onnx.ModelProto | None = None) -> dict:
@@ -115,7 +119,7 @@ class Measure:
         """(point values, figures with intervals) of one variant, and FP32's own figures against labels in the
         points under 'fp32:<name>'."""
         t = self.tally(self.run(self.variant(amax, float_layers, model)), reference=True)
-        self.runs += 1
+        self._runs[0] += 1
         pts = t.points("int8")
         pts.update({f"fp32:{k}": v for k, v in t.fp32_points().items()})
         if t.fp32_boxes() is not None:
