@@ -65,7 +65,7 @@ def test_fixed_batch_model_reaches_the_target_with_the_sensitive_layer_in_float(
     assert res["int8_macs_share"] == pytest.approx(2 / 3)  # convA: 2x2 per pixel, convB: 2 per pixel
     for f in ("recovered.cache", "recovered.json", "s.recovered.qdq.onnx", "recover.md"):
         assert (out / f).is_file(), f
-    assert "trtexec --onnx=" in (out / "recover.md").read_text() and "meets the target" in r.output
+    assert "trtexec --onnx=" in (out / "recover.md").read_text() and r.output.startswith("meets the target: ")
 
 
 def test_steps_in_int8_come_first_and_each_is_judged(tmp_path):
@@ -371,3 +371,12 @@ def test_recover_keeps_smoothing_where_it_helps(tmp_path):
     assert step["kept"] and step["value"] > step["before"] + 8  # 38.7 -> 48.3 dB
     assert res["met"] and res["float_layers"] == [] and res["weights_changed"] == ["smoothquant"]
     assert (out / "m.recovered.onnx").is_file()
+
+
+def test_a_target_only_float_reaches_is_said_to_leave_no_int8(tmp_path):
+    m = sensitive(tmp_path / "s.onnx")
+    r, out = _recover(tmp_path, m, "--target", "out_sqnr_db>=200", "--steps", "none")
+    assert r.exit_code == 0, r.output
+    res = json.loads((out / "recover.json").read_text())
+    assert res["met"] and res["int8_macs_share"] == 0 and len(res["float_layers"]) == 2
+    assert r.output.startswith("meets the target only with no multiply-adds left in INT8 (not faster than FP16")

@@ -91,6 +91,9 @@ def summary_line(res: dict) -> str:
     share = res.get("int8_macs_share")
     speed = f", {100 * share:.0f} % of the multiply-adds in INT8" if share is not None else ""
     head = "meets the target" if res["met"] else "does NOT meet the target"
+    if res["met"] and share is not None and share < 0.5:
+        head = (f"meets the target only with {'no' if share == 0 else 'a minority of'} multiply-adds left in INT8 "
+                "(not faster than FP16: the report's curve shows what each share of INT8 costs)")
     late = " (time budget spent: best so far)" if res.get("out_of_time") else ""
     return (f"{head}{late}: {res['metric']} {_fmt(res['value'])} ({res['target']}) with "
             f"{len(res['float_layers'])} layer{'s' if len(res['float_layers']) != 1 else ''} in float{speed}; steps kept: "
