@@ -297,9 +297,9 @@ model: {model.name}
 calibration_data: {{kind: npz, path: d.npz}}
 calibration: {{batch_size: 4}}
 evaluation: {{batch_size: 4}}
-sensitivity: {{metric: output_sqnr, samples: 4, min_sqnr_db: 20}}
+sensitivity: {{metric: output_sqnr, samples: 4, min_sqnr_db: 60}}
 output: out
-""")
+""")  # a budget all INT8 misses (32 dB): a budget it meets is answered without a ranking
     r = CliRunner().invoke(main, ["--quiet", "sensitivity", str(recipe), "--out", str(tmp_path / "s")])
     assert r.exit_code == 0, r.output
     md = (tmp_path / "s" / "sensitivity.md").read_text()

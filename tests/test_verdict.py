@@ -40,8 +40,8 @@ def test_not_close_after_calib_run_names_the_sensitivity_command():
     d = verdict(_report("detection", "map50_95_vs_fp32", 0.78, recipe_file="r.yaml"))
     assert d["close"] is False and "--set sensitivity.metric=map50 --set sensitivity.max_drop=0.05`" in d["next"]
     line = verdict_line({"summary": _report("detection", "map50_95_vs_fp32", 0.78)["summary"], "verdict": d})
-    assert line == ("NOT close to FP32: mAP50:95 vs FP32 0.780 (threshold 0.950); next: calib sensitivity r.yaml "
-                    "--set sensitivity.algorithm=mse --set sensitivity.metric=map50 --set sensitivity.max_drop=0.05")
+    assert line == ("NOT close to FP32: mAP50:95 vs FP32 0.780 (threshold 0.950); next: calib recover r.yaml "
+                    "--target 'map50_95_vs_fp32>=0.95' --out recover")
 
 
 def test_not_close_after_calib_evaluate_names_the_exclusion_of_the_worst_weighted_layer():
@@ -121,9 +121,15 @@ def test_cli_not_close_names_a_command_that_runs(caches, tiny_model, tiny_data, 
     v = rep["verdict"]
     assert v["close"] is False and v["value"] < 20
     first = _first_screen(tmp_path / "rep")
-    assert "**Not close to FP32**" in first and "Next step: `calib evaluate " in first
-    assert "NOT close to FP32: logits SQNR vs FP32" in r.output and "; next: calib evaluate " in r.output
-    command = v["next"].split("`")[1]
+    assert "**Not close to FP32**" in first and "Next step: `calib recover " in first
+    assert "NOT close to FP32: logits SQNR vs FP32" in r.output and "; next: calib recover " in r.output
+    recover = shlex.split(v["next"].split("`")[1])  # the user's own model, data and flags, the threshold as target
+    assert recover[:3] == ["calib", "recover", str(tiny_model)] and "--data" in recover
+    assert recover[recover.index("--target") + 1] == "logits_sqnr_db>=20"
+    r = CliRunner().invoke(main, ["-q", *recover[1:], "--calib-samples", "8"])  # 20 samples: 12 held out
+    assert r.exit_code == 0, r.output
+    assert json.loads((tmp_path / "recover" / "recover.json").read_text())["met"]
+    command = next(c for c in v["next"].split("`") if c.startswith("calib evaluate"))
     args = shlex.split(command)
     assert args[:3] == ["calib", "evaluate", str(tiny_model)] and "--ignore-sidecar" in args
     layer = args[args.index("--exclude") + 1]

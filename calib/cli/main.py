@@ -11,8 +11,10 @@ from calib.cli.cache import cache
 from calib.cli.common import cache_checks as _cache_checks
 from calib.cli.common import given_path
 from calib.cli.common import handled as _handled
+from calib.cli.recover import recover
 from calib.cli.data import CLI_NAMES, data_options, feed_options, make_cli_source, model_options, with_data
 from calib.cli.data import input_shapes as parse_shapes
+from calib.cli.task import choose_task, task_options
 from calib.cli.data import memory_budget as parse_budget
 from calib.cli.zoo import zoo
 from calib.errors import CalibError
@@ -139,26 +141,7 @@ def calibrate(model, data_args, algo, batch_size, percentile, trt_version, carri
               help="Calibration cache (ours or TensorRT's); repeat to compare several.")
 @data_options()
 @click.option("--batch-size", default=8, show_default=True, type=click.IntRange(1))
-@click.option("--task", default="outputs", show_default=True,
-              type=click.Choice(["outputs", "classification", "detection", "embedding", "text"]),
-              help="classification: top-1/top-5 agreement (and accuracy with class subfolders); detection: mAP "
-                   "against FP32's detections (and the labels of a COCO/YOLO set); embedding: cosine per sample; "
-                   "text: exact match and character error rate against FP32's strings (--head ctc or a "
-                   "--postprocess returning strings); refused where the model's outputs do not fit.")
-@click.option("--head", default="auto", show_default=True,
-              type=click.Choice(["auto", "boxes-scores", "yolov5", "yolox", "yolov8", "yolov3", "ctc"]),
-              help="Decoder of a detector's outputs (implies --task detection): boxes-scores ([N, A, 4] + [N, A, C]), "
-                   "yolov5 ([N, A, 5 + C], boxes in pixels), yolox ([N, A, 5 + C] raw grid, strides 8/16/32), "
-                   "yolov8 ([N, 4 + C, A]); auto: the one the output shapes fit. ctc: a text recognizer's [N, T, C] "
-                   "scores, greedy decoding with blank 0 and --charset (implies --task text).")
-@click.option("--charset", type=click.Path(dir_okay=False),
-              help="With --head ctc: the characters of classes 1, 2, ... one per line (implies --head ctc).")
-@click.option("--metric", metavar="FILE.py:FUNCTION",
-              help="Your comparison FUNCTION(fp32_outputs, int8_outputs) -> one score per sample (higher is "
-                   "better; outputs as {name: array [N, ...]}); ranks the caches, reported under FUNCTION's name.")
-@click.option("--postprocess", metavar="FILE.py:FUNCTION",
-              help="Your function turning a batch of outputs {name: array} into detections (per image: boxes "
-                   "[K, 4] xyxy, scores [K], classes [K]) or class scores [N, C]; the task follows what it returns.")
+@task_options
 @click.option("--ignore-hash", is_flag=True, help="Use a cache whose sidecar names another model.")
 @click.option("--allow-unknown", is_flag=True, help="Use a cache naming tensors the model lacks (ignored).")
 @click.option("--exclude", multiple=True,
@@ -185,34 +168,20 @@ def evaluate(model, caches, data_args, batch_size, task, head, charset, metric, 
     from calib.evaluate.api import evaluate as run_eval
     from calib.evaluate.report import ship_line, summary, write_reports
     from calib.evaluate.verdict import verdict_line
-    from calib.evaluate.tasks import check_task, detection_format, output_shapes
+    from calib.evaluate.tasks import detection_format, output_shapes
     from calib.io.publish import publish
     from calib.pipeline import deployed_precision
     from calib.quantize.cachecheck import CacheChecks, load_checked
     from calib.quantize.model import check_fp32, inspect_model, load_model
     from calib.quantize.patterns import check_exclusions, excluded_layers
     from calib.quantize.shapes import fix_input_shapes
-    from calib.recipe import DetectionSpec
     from calib.stats.histogram import HistogramCollector
 
-    hook, user = None, None
-    if postprocess:
-        from calib.evaluate.postprocess import load as load_hook
-
-        hook = load_hook(postprocess)  # a missing file or function: one line, before the model is read
-    if metric:
-        from calib.evaluate.scores.user import load_metric
-
-        user = load_metric(metric)
-    head = "ctc" if charset and head == "auto" else head
-    if head == "ctc":
-        hook, task = _ctc_hook(hook, charset, task), "text"
-    if head not in ("auto", "ctc") and task not in ("outputs", "detection"):
-        raise CalibError(f"--head {head} decodes a detector's outputs: it goes with --task detection, not {task}")
-    task = "detection" if head != "auto" and task == "outputs" else task
+    chosen = choose_task(task, head, charset, metric, postprocess)
+    task, head, hook, user = chosen.task, chosen.head, chosen.hook, chosen.user
     proto = load_model(model)
     check_fp32(proto, model, allow_qdq)
-    found = None if hook else check_task(proto, task, head if task == "detection" else None, label=str(model))
+    _, detection = chosen.detection(proto, model)
     if task == "outputs" and not hook and detection_format(output_shapes(proto)):
         click.echo(f"note: {model} is a detector: --task detection adds mAP against FP32's boxes to the report; "
                    "this one compares the outputs only", err=True)
@@ -230,7 +199,6 @@ def evaluate(model, caches, data_args, batch_size, task, head, charset, metric, 
         configs[name if name not in configs else c] = cf.amaxes()
         calib_samples.add((side or {}).get("samples"))
     src = make_cli_source(data_args, info, batch_size, consts=const_values)
-    detection = DetectionSpec(format=found) if found else DetectionSpec()
     pm = deployed_precision(model, deploy, engine_layers, "--engine-layers")
     engines, fp16 = {}, []
     if float_type == "fp16":
@@ -241,6 +209,10 @@ def evaluate(model, caches, data_args, batch_size, task, head, charset, metric, 
                    precision={n: pm for n in configs}, memory_budget=budget, input_shapes=shapes,
                    option_names=CLI_NAMES, postprocess=hook, engines=engines, metric=user,
                    batch_axes=dict(info.layout.inputs + info.layout.outputs), consts=const_values)
+    shared = ([a for s in input_shapes for a in ("--input-shape", s)] + [a for s in batch_axes for a in ("--batch-axis", s)]
+              + [a for s in consts for a in ("--const", s)]
+              + (["--memory-budget", memory_budget] if memory_budget != "2GB" else [])
+              + (["--charset", charset] if charset else []) + (["--metric", metric] if metric else []))
     report = {"recipe": Path(model).stem, "model": str(model), "model_sha256": info.sha256,
               "calibration": {"samples": calib_samples.pop() if len(calib_samples) == 1 else None},
               "evaluation": {"samples": res["samples"], "configs": res["configs"]},
@@ -254,12 +226,9 @@ def evaluate(model, caches, data_args, batch_size, task, head, charset, metric, 
                               {"--ignore-hash": ignore_hash, "--allow-unknown": allow_unknown,
                                "--ignore-sidecar": ignore_sidecar, "--allow-partial": allow_partial,
                                "--no-layerwise": not layerwise, "--allow-qdq": allow_qdq},
-                              [a for s in input_shapes for a in ("--input-shape", s)]
-                              + [a for s in batch_axes for a in ("--batch-axis", s)]
-                              + [a for s in consts for a in ("--const", s)]
-                              + (["--memory-budget", memory_budget] if memory_budget != "2GB" else [])
-                              + (["--float-type", float_type] if float_type != "fp32" else [])
-                              + (["--charset", charset] if charset else []) + (["--metric", metric] if metric else []))}
+                              shared + (["--float-type", float_type] if float_type != "fp32" else [])),
+              "recover": "calib recover" + _rerun(model, data_args, batch_size, res["task"], head, postprocess,
+                                                  deploy, engine_layers, {}, shared)[len("calib evaluate"):]}
     from calib.quantize.cache import sidecar_path
 
     if fp16:
@@ -269,19 +238,6 @@ def evaluate(model, caches, data_args, batch_size, task, head, charset, metric, 
     click.echo(ship_line(report))
     click.echo(verdict_line(report))
     click.echo(f"wrote {Path(out) / 'report.html'}")
-
-
-def _ctc_hook(hook, charset, task):
-    """The built-in CTC head for --head ctc / --charset (calib.evaluate.scores.ctc)."""
-    from calib.evaluate.scores.ctc import CtcHead
-
-    if hook is not None:
-        raise CalibError("--head ctc decodes the outputs itself: give it or --postprocess, not both")
-    if not charset:
-        raise CalibError("--head ctc: give --charset FILE, the characters of classes 1, 2, ... one per line")
-    if task not in ("outputs", "text"):
-        raise CalibError(f"--head ctc decodes a text recognizer's outputs: it goes with --task text, not {task}")
-    return CtcHead(charset)
 
 
 def _rerun(model, data_args, batch_size, task, head, postprocess, deploy, engine_layers, flags,
@@ -495,5 +451,6 @@ def _worth(engine, rows, against, iters, repeats) -> dict:
 
 
 main.add_command(cache)
+main.add_command(recover)
 main.add_command(zoo)
 

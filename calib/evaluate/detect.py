@@ -10,11 +10,12 @@ from calib.evaluate.recall import Recall
 from calib.recipe import DetectionSpec
 
 
-def nms(boxes: np.ndarray, scores: np.ndarray, iou: float) -> np.ndarray:
-    """Indices kept by greedy NMS, highest score first."""
+def nms(boxes: np.ndarray, scores: np.ndarray, iou: float, limit: int | None = None) -> np.ndarray:
+    """Indices kept by greedy NMS, highest score first; with `limit`, the first `limit` of them (greedy NMS keeps
+    boxes in score order, so they are the same: a detection limit need not suppress the rest)."""
     order = np.argsort(-scores, kind="stable")
     keep = []
-    while order.size:
+    while order.size and (limit is None or len(keep) < limit):
         i = order[0]
         keep.append(i)
         if order.size == 1:
@@ -46,7 +47,7 @@ def select(boxes: np.ndarray, best: np.ndarray, cls: np.ndarray, spec: Detection
     keep_all = []
     for k in np.unique(c):
         idx = np.nonzero(c == k)[0]
-        keep_all.append(idx[nms(b[idx], s[idx], spec.iou_threshold)])
+        keep_all.append(idx[nms(b[idx], s[idx], spec.iou_threshold, spec.max_detections)])
     keep = np.concatenate(keep_all) if keep_all else np.zeros(0, np.int64)
     keep = keep[np.argsort(-s[keep], kind="stable")][:spec.max_detections]
     b, s, c = b[keep], s[keep], c[keep]

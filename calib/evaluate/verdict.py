@@ -58,6 +58,17 @@ def _sensitivity(recipe: str, ship: str, metric: str) -> str:
                     + [a for s in budget for a in ("--set", s)])
 
 
+def recover_step(base: str, metric: str, out: str) -> str:
+    """`calib recover` with the user's own model, data and task options and the threshold calib calls close as its
+    target."""
+    thr = threshold(metric)
+    goal = shlex.quote(f"{metric}>={thr:g}")
+    return (f"`{base} --target {goal} --out {shlex.quote(out)}`: recovers INT8 accuracy until {_name(metric)} "
+            f"reaches {_fmt(thr, metric)}, in INT8 first (equalization, bias correction, another algorithm per "
+            "tensor), then with the fewest layers kept in float, and writes the cache, the layer precisions and the "
+            "deploy commands")
+
+
 def worst_weighted_layer(summary: dict, ship: str) -> dict | None:
     """The lowest-SQNR tensor of the configuration to ship made by a weighted layer (what --exclude keeps in
     float), else its lowest-SQNR tensor."""
@@ -72,10 +83,14 @@ def next_step(report: dict, summary: dict) -> str:
     ship, metric = d["ship"], d["metric"]
     recipe = report.get("recipe_file")
     if recipe:
-        return (f"`{_sensitivity(recipe, ship, metric)}`: ranks the layers by their INT8 damage and finds the fewest "
+        return (recover_step(f"calib recover {shlex.quote(recipe)}", metric, "recover") + "; or "
+                f"`{_sensitivity(recipe, ship, metric)}`: ranks the layers by their INT8 damage and finds the fewest "
                 "to keep in FP16 until the threshold holds (layer_precisions.txt for the TensorRT builder, exclude.txt "
                 "for `calib cache convert --exclude`).")
     out = []
+    if report.get("recover") and threshold(metric) is not None:
+        out.append(recover_step(report["recover"], metric, "recover")
+                   + " (--data gives both the calibration samples and the held-out ones)")
     layer = worst_weighted_layer(summary, ship)
     rerun = report.get("rerun")
     if layer is not None and rerun:

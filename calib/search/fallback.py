@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from dataclasses import dataclass, field
 
 import onnx
@@ -20,9 +21,14 @@ from calib.io.progress import bar
 from calib.quantize.qdq import Exclusions, insert_qdq, quantized_inputs
 from calib.recipe import DetectionSpec
 from calib.runners.onnxruntime import OrtRunner
+from calib.search.measure import oriented
 
 log = logging.getLogger(__name__)
 METRICS = ("top1_agreement", "map50", "output_sqnr")
+
+
+class OutOfTime(Exception):
+    """A variant not measured yet, past the scorer's deadline (the search answers with what it has)."""
 
 
 @dataclass
@@ -37,8 +43,21 @@ class Scorer:
     postprocess: object = None  # a calib.evaluate.postprocess.Hook: the user's decoding of the outputs
     cache: dict = field(default_factory=dict)
     runs: int = 0
+    measure: object = None  # a calib.search.measure.Measure: the deployed simulation, `metric` any report figure
+    sign: float = 1.0  # with `measure`: -1 where the figure is better lower (an error rate)
+    fp32_value: float | None = None  # with `measure`: FP32's own value of the figure (oriented)
+    weights: object = None  # with `measure`: the ModelProto whose weights the variants carry (default: `model`),
+    # or a function of the float layers giving it (a layer's INT8-only adjustments undone where it is in float)
+    deadline: float | None = None  # time.monotonic() past which a new variant raises OutOfTime
 
     def __post_init__(self):
+        self.sqnr_cache: dict = {}
+        self.points: dict = {}  # with `measure`: every figure of each variant measured
+        if self.measure is not None:
+            self.outputs, self.ref = self.measure.outputs, self.measure.ref
+            self.batches = [(b, m) for b, _, m in self.measure.batches]
+            self.fp32_score = self.fp32_value
+            return
         if self.metric not in METRICS:
             from calib.errors import CalibError
 
@@ -47,7 +66,6 @@ class Scorer:
         self.outputs = ref.output_names()
         self.ref = [ref.run(feed) for feed, _ in self.batches]
         self.fp32_score = self._score(self.ref, self.metric)
-        self.sqnr_cache: dict = {}
 
     def _score(self, outs: list[dict], metric: str) -> float:
         if metric == "top1_agreement":
@@ -94,6 +112,15 @@ class Scorer:
     def score(self, float_layers, overrides: dict | None = None) -> float:
         """The metric with `float_layers` kept in float and, per tensor, `overrides` replacing the base amax."""
         key = self._key(float_layers, overrides)
+        if key not in self.cache and self.deadline is not None and time.monotonic() > self.deadline:
+            raise OutOfTime()
+        if key not in self.cache and self.measure is not None:
+            amax = {**self.amax, **overrides} if overrides else self.amax
+            weights = self.weights(key[0]) if callable(self.weights) else self.weights
+            pts = self.points[key] = self.measure.score(amax, key[0], weights)
+            self.cache[key] = oriented(pts.get(self.metric), self.sign)
+            self.sqnr_cache[key] = oriented(pts.get("min_output_sqnr_db"), 1.0)
+            self.runs += 1
         if key not in self.cache:
             amax = {**self.amax, **overrides} if overrides else self.amax
             outs = self._outputs(insert_qdq(self.model, amax, Exclusions(tuple(sorted(key[0])))))
@@ -122,30 +149,49 @@ class Scorer:
         return self.sqnr_cache[self._key(float_layers, overrides)]
 
 
-def rank(scorer: Scorer, layers: list[str], both: bool = True) -> list[dict]:
+def rank(scorer: Scorer, layers: list[str], both: bool = True, stop_at: float | None = None,
+         by_sqnr: bool = False) -> list[dict]:
     """Per layer: the score with only this layer in float ('all but this' quantized) and, with `both`, the
     score with only this layer quantized. Sorted, with `both`, by the damage the layer does alone (lowest
     'only this' score first, then the largest gain): on deep nets where errors add up over many layers, taking
     one layer out of INT8 gains little on its own and the 'all but this' scores tie (MobileNetV2: 16 layers in
-    float reach 0.90 top-1 agreement in this order, 0.82 in the order of the gain); else by the gain."""
+    float reach 0.90 top-1 agreement in this order, 0.82 in the order of the gain); else by the gain.
+
+    Bounded: with `stop_at`, the ranking stops at the first layer whose fallback alone reaches it (no answer
+    has fewer layers in float), and past the scorer's deadline it stops where it is; the layers not ranked
+    follow in the order given, marked "ranked": False. `by_sqnr`: sorted by the output SQNR's gain first, a
+    continuous figure, where the metric's gains are small against its noise (a coarse metric on few samples)."""
     base = scorer.score(())
     base_sqnr = scorer.sqnr(())
     rows = []
     with bar("sensitivity", total=len(layers) * (2 if both else 1), unit="variant") as pbar:
         for name in layers:
-            row = {"layer": name, "all_but_this": scorer.score((name,))}
-            pbar.update(1)
-            if both:
-                row["only_this"] = scorer.score(tuple(n for n in layers if n != name))
+            try:
+                row = {"layer": name, "all_but_this": scorer.score((name,))}
                 pbar.update(1)
+                if both:
+                    row["only_this"] = scorer.score(tuple(n for n in layers if n != name))
+                    pbar.update(1)
+            except OutOfTime:
+                log.warning("time budget spent after ranking %d of %d layers", len(rows), len(layers))
+                break
             row["gain"] = row["all_but_this"] - base
             row["sqnr_gain_db"] = scorer.sqnr((name,)) - base_sqnr
             rows.append(row)
+            if stop_at is not None and row["all_but_this"] >= stop_at:
+                log.info("%s alone in float reaches %.4g: ranking stopped early", name, row["all_but_this"])
+                break
     if both:
         rows.sort(key=lambda r: (r["only_this"], -r["gain"], -r["sqnr_gain_db"]))
+    elif by_sqnr:
+        rows.sort(key=lambda r: (-r["sqnr_gain_db"], -r["gain"]))
     else:
         rows.sort(key=lambda r: (-r["gain"], -r["sqnr_gain_db"]))
-    return rows
+    if stop_at is not None and rows and rows[0]["all_but_this"] < stop_at:
+        hit = [r for r in rows if r["all_but_this"] >= stop_at]
+        rows = hit[:1] + [r for r in rows if r not in hit[:1]]
+    done = {r["layer"] for r in rows}
+    return rows + [{"layer": n, "ranked": False} for n in layers if n not in done]
 
 
 def budget_target(metric: str, fp32_score: float, max_drop: float, min_sqnr_db: float) -> float:
@@ -153,9 +199,12 @@ def budget_target(metric: str, fp32_score: float, max_drop: float, min_sqnr_db: 
     return min_sqnr_db if metric == "output_sqnr" else fp32_score - max_drop
 
 
-def search(scorer: Scorer, ranking: list[dict], target: float, overrides: dict | None = None) -> dict:
+def search(scorer: Scorer, ranking: list[dict], target: float, overrides: dict | None = None,
+           chart: bool = True) -> dict:
     """Fewest layers (a prefix of the ranking, found by bisection) whose float fallback reaches `target`, with
-    per-tensor amax `overrides` if given. Returns the layers, the score and the curve measured on the way."""
+    per-tensor amax `overrides` if given. Returns the layers, the score and the curve measured on the way. Past
+    the scorer's deadline: the best measured so far (the fewest layers that reach the target, else the highest
+    score), with "out_of_time". `chart`: a few more points of the curve (1, 2, 4, ... layers) for a chart."""
     order = [r["layer"] for r in ranking]
     curve = {0: scorer.score((), overrides)}
 
@@ -164,24 +213,36 @@ def search(scorer: Scorer, ranking: list[dict], target: float, overrides: dict |
             curve[k] = scorer.score(tuple(order[:k]), overrides)
         return curve[k]
 
-    if at(0) >= target:
-        k = 0
-    elif at(len(order)) < target:
-        k = len(order)
-    else:
-        lo, hi = 0, len(order)  # at(lo) misses, at(hi) meets
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            if at(mid) >= target:
-                hi = mid
+    for j in range(1, len(order) + 1):  # prefixes measured already (the ranking's first layer alone): free
+        key = Scorer._key(order[:j], overrides)
+        if key in getattr(scorer, "cache", {}):
+            curve[j] = scorer.cache[key]
+    late = False
+    try:
+        if at(0) >= target:
+            k = 0
+        else:
+            hi = min((j for j, v in curve.items() if v >= target), default=len(order))
+            if at(hi) < target:
+                k = len(order)
             else:
-                lo = mid
-        k = hi
-    for extra in (1, 2, 4, 8, 16, 32):  # a few more points for the chart
-        if extra < len(order):
-            at(extra)
+                lo = max(j for j, v in curve.items() if j < hi and v < target)  # at(lo) misses, at(hi) meets
+                while hi - lo > 1:
+                    mid = (lo + hi) // 2
+                    if at(mid) >= target:
+                        hi = mid
+                    else:
+                        lo = mid
+                k = hi
+        for extra in (1, 2, 4, 8, 16, 32) if chart else ():  # a few more points for the chart
+            if extra < len(order):
+                at(extra)
+    except OutOfTime:
+        late = True
+        meets = [j for j, v in curve.items() if v >= target]
+        k = min(meets) if meets else max(curve, key=lambda j: (curve[j], -j))
     return {"float_layers": order[:k], "score": at(k), "met": at(k) >= target, "target": target,
-            "fp32_score": scorer.fp32_score,
+            "fp32_score": scorer.fp32_score, "out_of_time": late,
             "int8_score": at(0), "curve": sorted(curve.items()), "variants_run": scorer.runs}
 
 

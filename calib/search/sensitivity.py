@@ -11,6 +11,7 @@ import onnx
 
 from calib.algorithms import registry
 from calib.calibrate import collect, compute_all, fingerprint_update, needs_tensorrt_grid
+from calib.data.rebatch import FixedBatches
 from calib.data.sources import make_source
 from calib.errors import CalibError
 from calib.evaluate.postprocess import load as load_hook
@@ -23,7 +24,7 @@ from calib.pipeline import staged
 from calib.quantize.cache import Sidecar, write_cache, write_sidecar
 from calib.quantize.model import initializers_not_inputs, inspect_model
 from calib.quantize.qdq import Exclusions, insert_qdq, quantizable_layers
-from calib.quantize.shapes import fix_input_shapes
+from calib.quantize.shapes import fix_input_shapes, fixed_batch
 from calib.recipe import Recipe, input_paths
 from calib.search.fallback import Scorer, best_of, budget_target, layer_inputs, layer_precisions, rank, search
 from calib.version import __version__
@@ -201,8 +202,11 @@ def _sensitivity(recipe: Recipe, stage: Path, out: Path) -> None:
                                {"percentile": {"percentile": recipe.calibration.percentile}}, model=model_path)
     amax = amaxes[spec.algorithm]
     batches, n = [], 0
-    for feed, _, boxes in esrc.iter_with_meta():
-        batches.append((feed, boxes))
+    fixed = fixed_batch(info)  # a model's fixed batch: runs of exactly that many samples
+    for feed, _, boxes in FixedBatches(esrc.iter_with_meta(), fixed) if fixed else esrc.iter_with_meta():
+        step = fixed or len(boxes)
+        batches += [({k: v[lo:lo + step] for k, v in feed.items()}, boxes[lo:lo + step])
+                    for lo in range(0, len(boxes), step)]
         n += len(boxes)
         if n >= spec.samples:
             break
@@ -216,10 +220,14 @@ def _sensitivity(recipe: Recipe, stage: Path, out: Path) -> None:
         ranking, found, per_tensor, split = cached["ranking"], cached["found"], cached["per_tensor"], cached["split"]
     else:
         split = scorer.split()
-        ranking = rank(scorer, layers, spec.both)
+        already = scorer.score(()) >= target  # all INT8 meets the budget: nothing to search
+        if already:
+            log.info("%s: all INT8 %.4g meets the budget %.4g: no layer needs float", spec.metric,
+                     scorer.score(()), target)
+        ranking = rank(scorer, layers, spec.both) if not already else []
         found = search(scorer, ranking, target)
         per_tensor = None
-        if spec.per_tensor:
+        if spec.per_tensor and not already:
             found, per_tensor = _per_tensor(scorer, model, ranking, target, found, amaxes, spec)
         # into the output folder at once: an engine search that fails or runs out of time keeps the CPU part
         out.mkdir(parents=True, exist_ok=True)
