@@ -8,8 +8,6 @@ model.
 """
 from __future__ import annotations
 
-import dataclasses
-import hashlib
 import logging
 from collections.abc import Mapping
 from pathlib import Path
@@ -33,9 +31,8 @@ def fold_model(model, info, consts: Mapping[str, object] | None = None, where: s
     """(model path, info) to calibrate and simulate: `model` and `info` themselves when no If is folded, else the
     folded model written to `folder` (default: a scratch folder) and its info (inputs, their fixed shapes and
     layout as in `info`). Says what was folded, and what stays float inside bodies."""
-    from calib.io.files import atomic_write_bytes, scratch_dir
     from calib.quantize.control import BODIES, control_flow, fold_ifs
-    from calib.quantize.model import inspect_model, load_model
+    from calib.quantize.model import derived_model, load_model
 
     if not set(BODIES) & set(info.op_types.values()):  # no If, Loop or Scan in the main graph
         return model, info
@@ -47,10 +44,7 @@ def fold_model(model, info, consts: Mapping[str, object] | None = None, where: s
         log.warning("%s: %s", model, left.describe())
     if not which:
         return model, info
-    data = folded.SerializeToString()
-    folder = folder or scratch_dir(hashlib.sha256(data).hexdigest()[:16])  # one per model and constants
-    path = Path(folder) / f"{Path(model).stem}.folded.onnx"
-    atomic_write_bytes(path, data)
+    path, folded_info = derived_model(model, folded, info, "folded", folder)  # one per model and constants
     given = ", ".join(f"{k}={_shown(v)}" for k, v in (consts or {}).items())
     line = (f"{model}: folded " + ", ".join(f"If '{n}' to its {b} branch" for n, b in which)
             + f" (the constants{' ' + given if given else ''} decide it): the caches and Q/DQ models are for the "
@@ -58,9 +52,7 @@ def fold_model(model, info, consts: Mapping[str, object] | None = None, where: s
     if line not in _SAID:
         _SAID.add(line)
         log.info("%s", line)
-    new = inspect_model(path, folded)
-    return path, dataclasses.replace(info, path=new.path, sha256=new.sha256, outputs=new.outputs,
-                                     activations=new.activations, op_types=new.op_types)
+    return path, folded_info
 
 
 def _shown(v) -> str:

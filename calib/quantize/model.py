@@ -158,6 +158,25 @@ def elem_types(model: onnx.ModelProto) -> dict[str, int]:
 _INFOS: dict = {}  # the commands inspect one model several times
 
 
+def derived_model(source: str | Path, model: onnx.ModelProto, info: ModelInfo, suffix: str,
+                  folder: str | Path | None = None) -> tuple[Path, ModelInfo]:
+    """A model made from `source` (folded, reshaped) written as `<stem>.<suffix>.onnx` into `folder` (default: a
+    scratch folder, one per model's bytes), and `info` with the facts of the written file (path, sha256, outputs,
+    activations, op types); the inputs, their shapes and layout stay `info`'s."""
+    import dataclasses
+    import hashlib
+
+    from calib.io.files import atomic_write_bytes, scratch_dir
+
+    data = model.SerializeToString()
+    folder = folder or scratch_dir(hashlib.sha256(data).hexdigest()[:16])
+    path = Path(folder) / f"{Path(source).stem}.{suffix}.onnx"
+    atomic_write_bytes(path, data)
+    new = inspect_model(path, model)
+    return path, dataclasses.replace(info, path=new.path, sha256=new.sha256, outputs=new.outputs,
+                                     activations=new.activations, op_types=new.op_types)
+
+
 def inspect_model(path: str | Path, model: onnx.ModelProto | None = None) -> ModelInfo:
     """What calibration needs to know of the model at `path` (`model`: the same file, loaded already)."""
     path = Path(path)

@@ -10,8 +10,6 @@ width) is refused in one line that names the flag, the dimension and what failed
 """
 from __future__ import annotations
 
-import dataclasses
-import hashlib
 import logging
 from pathlib import Path
 
@@ -96,8 +94,7 @@ def reshape_model(model, info, where: str = "--input-shape", folder: str | Path 
     """(model path, info) at the shapes `info` holds: `model` and `info` themselves where no fixed dimension is
     overridden (info.overridden, from fix_input_shapes(..., override=True)), else the model at those shapes,
     checked and written to `folder` (default: a scratch folder), with its info."""
-    from calib.io.files import atomic_write_bytes, scratch_dir
-    from calib.quantize.model import inspect_model, load_model
+    from calib.quantize.model import derived_model, inspect_model, load_model
 
     if not info.overridden:
         return model, info
@@ -113,15 +110,10 @@ def reshape_model(model, info, where: str = "--input-shape", folder: str | Path 
     m = _at_shape(load_model(model), dims)
     _infer(m, what)
     _run_once(m, info, what)
-    data = m.SerializeToString()
-    folder = folder or scratch_dir(hashlib.sha256(data).hexdigest()[:16])
-    path = Path(folder) / f"{Path(model).stem}.reshaped.onnx"
-    atomic_write_bytes(path, data)
+    path, reshaped = derived_model(model, m, info, "reshaped", folder)
     line = (f"{model}: {where} overrides what the model fixes: {overrides_text(info)} (the graph checks and runs "
             f"there); the caches and Q/DQ models are for the model at {given}")
     if line not in _SAID:
         _SAID.add(line)
         log.warning("%s", line)
-    new = inspect_model(path, m)
-    return path, dataclasses.replace(info, path=new.path, sha256=new.sha256, outputs=new.outputs,
-                                     activations=new.activations, op_types=new.op_types)
+    return path, reshaped
