@@ -13,24 +13,32 @@ def add_fp16_rows(result: dict, algo: str, qdq: onnx.ModelProto, fp16: onnx.Mode
     """Compare the Q/DQ model as written (FP32 float layers) and its FP16+INT8 model with FP32 on the evaluation
     data, on the same samples (paired); their rows join `result` as `<algo> qdq` and `<algo> qdq-fp16`."""
     from calib.deploy.emulate import Fp16Runner
-    from calib.evaluate.api import evaluate
     from calib.io.memory import release
-    from calib.recipe import feeding
 
     release()  # the first evaluation's sessions and copies: handed back before the budget counts what is held
     names = [f"{algo} qdq", f"{algo} qdq-fp16"]
     engines = {names[0]: Fp16Runner(qdq, names[0], backend="onnxruntime (Q/DQ model as written)"),
                names[1]: Fp16Runner(fp16, names[1])}
     release()
+    res = add_rows(result, engines, model_path, source, recipe, budget, hook, metric)
+    if "paired" in result:  # the two rows ran on the same samples: their comparison decides the Deploy section
+        result["paired"] += [c for c in res.get("paired") or [] if {c["a"], c["b"]} == set(names)]
+    return names
+
+
+def add_rows(result: dict, engines: dict, model_path, source, recipe, budget, hook, metric=None) -> dict:
+    """Run `engines` (row name -> runner of a model as written) on the evaluation data, the samples of `result`,
+    add their rows to it and return the evaluation (its paired comparisons among these rows)."""
+    from calib.evaluate.api import evaluate
+    from calib.recipe import feeding
+
     axes, consts = feeding(recipe)
     res = evaluate(model_path, {}, source, recipe.evaluation.task, recipe.evaluation.detection, layerwise=False,
                    engines=engines, memory_budget=budget, input_shapes=recipe.input_shapes, postprocess=hook,
                    metric=metric, batch_size=recipe.evaluation.batch_size, batch_axes=axes, consts=consts)
-    for n in names:
+    for n in engines:
         result["configs"][n] = res["configs"][n]
-    if "paired" in result:  # the two rows ran on the same samples: their comparison decides the Deploy section
-        result["paired"] += [c for c in res.get("paired") or [] if {c["a"], c["b"]} == set(names)]
-    return names
+    return res
 
 
 def fp16_engines(model: onnx.ModelProto, configs: dict, exclude, label) -> tuple[dict, list]:

@@ -19,11 +19,10 @@ def add_placement_rows(result: dict, algo: str, model: onnx.ModelProto, amax: di
     """Both placements of the stem Conv's output as rows of `result` (None where the model has no such Conv); the
     `chosen` Q/DQ model is the one written (stem output INT8 when `stem_int8`)."""
     from calib.deploy.emulate import Fp16Runner
-    from calib.evaluate.api import evaluate
+    from calib.evaluate.fp16_rows import add_rows
     from calib.io.memory import release
     from calib.quantize.placement import stem_outputs
     from calib.quantize.qdq import insert_qdq
-    from calib.recipe import feeding
 
     stems = stem_outputs(model)
     if not stems:
@@ -34,12 +33,7 @@ def add_placement_rows(result: dict, algo: str, model: onnx.ModelProto, amax: di
     release()
     engines = {names["int8"]: Fp16Runner(q_int8, names["int8"], backend="onnxruntime (Q/DQ model as written)"),
                names["float"]: Fp16Runner(q_float, names["float"], backend="onnxruntime (Q/DQ model as written)")}
-    axes, consts = feeding(recipe)
-    res = evaluate(model_path, {}, source, recipe.evaluation.task, recipe.evaluation.detection, layerwise=False,
-                   engines=engines, memory_budget=budget, input_shapes=recipe.input_shapes, postprocess=hook,
-                   metric=metric, batch_size=recipe.evaluation.batch_size, batch_axes=axes, consts=consts)
-    for n in names.values():
-        result["configs"][n] = res["configs"][n]
+    add_rows(result, engines, model_path, source, recipe, budget, hook, metric)
     return {"tensors": stems, "rows": names, "written": "int8" if stem_int8 else "float", "option": OPTION,
             "measured": MEASURED}
 

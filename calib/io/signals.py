@@ -38,7 +38,8 @@ _AGAIN_S = 0.05  # the signal is handed to the main thread again after 50 ms, 10
 _CODES = {signal.SIGINT: 130, signal.SIGTERM: 143}
 _lock = threading.Lock()  # a forced exit's clean-ups against a publication deciding to commit
 _cleanups: dict[int, Callable[[], str | None]] = {}
-_state: dict = {"signal": None, "reported": False, "stopping": False, "watching": False, "publication": None}
+_state: dict = {"signal": None, "reported": False, "stopping": False, "watching": False, "publication": None,
+                "defer": 0}
 _heard = threading.Event()  # the Python-level handler ran in the main thread
 
 
@@ -162,7 +163,7 @@ def _unsafe(frame) -> bool:
 def deferred():
     """A short step that a signal should not cut (a publication's renames): the handler waits for its end (the
     watcher hands the signal over again), bounded like every exit by the forced one."""
-    _state["defer"] = _state.get("defer", 0) + 1
+    _state["defer"] += 1
     try:
         yield
     finally:
@@ -172,7 +173,7 @@ def deferred():
 def ending() -> None:
     """The command is done and the process ends: a signal from now on raises nowhere (in an atexit callback it was
     printed with a traceback and dropped); the process ends on its own or by the forced exit."""
-    _state["defer"] = _state.get("defer", 0) + 1
+    _state["defer"] += 1
 
 
 def _handler(exc: type[BaseException]):
@@ -181,7 +182,7 @@ def _handler(exc: type[BaseException]):
             _state["signal"] = signum
         if _heard.is_set():  # once: a second Ctrl-C must not cut the clean-up the first one started
             return
-        if _unsafe(frame) or _state.get("defer"):  # not inside an import, a callback from C or a deferred step:
+        if _unsafe(frame) or _state["defer"]:  # not inside an import, a callback from C or a deferred step:
             return  # the watcher sends it again
         _heard.set()
         raise exc()
