@@ -7,9 +7,18 @@ from __future__ import annotations
 
 import onnx
 
-# YOLOv3-tiny, batch 4, TensorRT 8.6.0, builder level 3, NVIDIA H200 (benchmarks/trt86-h200/qdq-l3-stem)
-MEASURED = {"model": "YOLOv3-tiny", "card": "NVIDIA H200", "tensorrt": "8.6.0", "level": 3, "batch": 4,
-            "ms": {"fp16": 0.2940, "implicit": 0.2682, "stem-int8": 0.2645, "stem-float": 0.3483}}
+
+def _measured() -> dict:
+    """The stem placements' speeds: the table of calib.deploy.measured that timed both (YOLOv3-tiny, H200, level 3)."""
+    from calib.deploy.measured import TABLES
+
+    t = next(t for t in TABLES if "qdq-stem-float" in t["ms"] and "fp16" in t["ms"] and t["level"] == 3)
+    ms = t["ms"]
+    return {"model": t["model"], "card": t["card"], "tensorrt": t["tensorrt"], "level": t["level"],
+            "batch": t["batch"], "ms": {"fp16": ms["fp16"], "implicit": ms["implicit"], "stem-int8": ms["qdq"],
+                                        "stem-float": ms["qdq-stem-float"]}}
+
+
 OPTION = "calib cache convert --keep-stem-output-float; recipe calibration.stem_output: float"
 
 
@@ -35,7 +44,7 @@ def add_placement_rows(result: dict, algo: str, model: onnx.ModelProto, amax: di
                names["float"]: Fp16Runner(q_float, names["float"], backend="onnxruntime (Q/DQ model as written)")}
     add_rows(result, engines, model_path, source, recipe, budget, hook, metric)
     return {"tensors": stems, "rows": names, "written": "int8" if stem_int8 else "float", "option": OPTION,
-            "measured": MEASURED}
+            "measured": _measured()}
 
 
 def placement_blocks(report: dict) -> list[tuple]:

@@ -16,6 +16,7 @@ from calib.evaluate import report_doc as doc
 from calib.evaluate.confidence import label
 from calib.evaluate.decision import decide
 from calib.evaluate.deploy_choice import fp16_blocks
+from calib.deploy.measured import worth_blocks
 from calib.evaluate.placement_rows import placement_blocks
 from calib.evaluate.deploy_doc import deploy_commands
 from calib.evaluate.verdict import PROXY, is_proxy, verdict
@@ -333,6 +334,7 @@ def blocks(report: dict, layer_png: str | None = None, hist_pngs=()) -> list[tup
     if skipped:
         out += [("h2", "Skipped images"), ("list", [f"`{p}` (unreadable)" for p in skipped])]
     out += _engine_blocks(report)
+    out += worth_blocks(report)
     out += placement_blocks(report)
     out += fp16_blocks(report)
     if s["worst_layers"].get(ship):

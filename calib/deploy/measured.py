@@ -1,0 +1,101 @@
+"""Engines calib has timed on real GPUs, by the sha256 of the ONNX model they were built from: the report's "Is INT8
+worth it" for those models and the speeds of its placement rows. Each entry is one table of benchmarks/RESULTS_QDQ.md
+(`raw`: its table.json, whose engine names `names` maps where they differ); `ms` holds the median latency per
+engine:
+
+    fp16            the FP32 model built with FP16 enabled
+    implicit        implicit INT8 (+FP16) from calib's cache
+    qdq             calib's Q/DQ model as `calib cache convert` writes it by default (+FP16)
+    qdq-stem-float  the same with --keep-stem-output-float (YOLOv3-tiny: the stem Conv's output left float)
+    modelopt        ModelOpt's Q/DQ model from the same cache (+FP16)
+"""
+from __future__ import annotations
+
+from calib.deploy.worth import TOLERANCE, compare
+
+YOLOV3_TINY = ("22c32d2dda45d26c1d03a5b2af025030d5823c8a5ff42d226e6746fe56235b17",)
+# the zoo's yolov8n-320 as nudenet ships it, and the copy with its input fixed to 320x320 that was built
+YOLOV8N_320 = ("c15d8273adad2d0a92f014cc69ab2d6c311a06777a55545f2c4eb46f51911f0f",
+               "e4d8156372c5f0122447e8104264672d836b3ce2e175a5adb4ff5b5411656f44")
+MOBILENET_V2 = ("bc184dda468378e679fbcfb3852a2d104a59f3069296c961abed85d697080aa8",)
+
+TABLES = [
+    {"model": "YOLOv3-tiny", "sha256": YOLOV3_TINY, "card": "NVIDIA H200", "tensorrt": "8.6.0", "level": 3,
+     "batch": 4, "date": "2026-12-06", "raw": "benchmarks/trt86-h200/qdq-l3-stem/table.json",
+     "ms": {"fp16": 0.2940, "implicit": 0.2682, "qdq": 0.2645, "qdq-stem-float": 0.3483},
+     "names": {"qdq": "calib-qdq", "qdq-stem-float": "calib-qdq-float-stem"}},
+    {"model": "YOLOv3-tiny", "sha256": YOLOV3_TINY, "card": "NVIDIA H100", "tensorrt": "8.6.0", "level": 3,
+     "batch": 1, "date": "2026-12-06", "raw": "benchmarks/trt86-h100/qdq-l3/yolov3-tiny-l3-b1/table.json",
+     "ms": {"implicit": 0.2212, "qdq": 0.1699}, "names": {"qdq": "calib-qdq"}},
+    {"model": "YOLOv3-tiny", "sha256": YOLOV3_TINY, "card": "NVIDIA H100", "tensorrt": "8.6.0", "level": 1,
+     "batch": 4, "date": "2026-12-05", "raw": "benchmarks/trt86-h100/qdq-b4-stem/yolov3-tiny/table.json",
+     "ms": {"fp16": 0.3079, "implicit": 0.2735, "qdq": 0.2752, "qdq-stem-float": 0.3824, "modelopt": 0.4128},
+     "names": {"qdq": "calib-qdq-stem", "qdq-stem-float": "calib-qdq", "modelopt": "modelopt-qdq"}},
+    {"model": "YOLOv8n-320", "sha256": YOLOV8N_320, "card": "NVIDIA H100", "tensorrt": "8.6.0", "level": 3,
+     "batch": 4, "date": "2026-12-06", "raw": "benchmarks/trt86-h100/qdq-l3/yolov8n-l3-b4/table.json",
+     "ms": {"implicit": 0.8727, "qdq": 0.9356}, "names": {"qdq": "calib-qdq"}},
+    {"model": "YOLOv8n-320", "sha256": YOLOV8N_320, "card": "NVIDIA H100", "tensorrt": "8.6.0", "level": 1,
+     "batch": 4, "date": "2026-12-05", "raw": "benchmarks/trt86-h100/qdq-b4-stem/yolov8n/table.json",
+     "ms": {"fp16": 0.7188, "implicit": 0.6701, "qdq": 0.9861, "modelopt": 0.7376},
+     "names": {"qdq": "calib-qdq", "modelopt": "modelopt-qdq"}},
+    {"model": "MobileNetV2", "sha256": MOBILENET_V2, "card": "NVIDIA H200", "tensorrt": "8.6.0", "level": 3,
+     "batch": 32, "date": "2026-12-04", "raw": "benchmarks/trt86-h200/qdq/table.json",
+     "ms": {"fp16": 0.6550, "implicit": 0.4723, "qdq": 0.4764, "modelopt": 0.4788},
+     "names": {"qdq": "calib-qdq", "modelopt": "modelopt-qdq"}},
+]
+LABELS = {"fp16": "FP16", "implicit": "implicit INT8", "qdq": "calib's Q/DQ model",
+          "qdq-stem-float": "calib's Q/DQ model, stem output float", "modelopt": "ModelOpt's Q/DQ model"}
+
+
+def tables(sha256: str | None) -> list[dict]:
+    """The measured tables of the model with this sha256 (none for a model calib has not timed)."""
+    return [t for t in TABLES if sha256 and sha256 in t["sha256"]]
+
+
+def where(t: dict) -> str:
+    return f"{t['card']}, TensorRT {t['tensorrt']}, builder level {t['level']}, batch {t['batch']}"
+
+
+def verdicts(t: dict, tolerance: float = TOLERANCE) -> list[dict]:
+    """Each INT8 engine of one table against FP16 (against the implicit engine where FP16 was not timed)."""
+    ms = t["ms"]
+    base = "fp16" if "fp16" in ms else "implicit"
+    row = lambda v: [{"shapes": {"input": [t["batch"]]}, "median_ms": v}]  # noqa: E731
+    out = []
+    for name, v in ms.items():
+        if name in ("fp16", base):
+            continue
+        e = compare(row(v), row(ms[base]), tolerance)[0]
+        out.append({"engine": name, "against": base, "ms": v, "other_ms": ms[base], "speedup": e["speedup"],
+                    "verdict": e["verdict"]})
+    return out
+
+
+def sentence(t: dict, v: dict) -> str:
+    a, b = LABELS[v["engine"]], LABELS[v["against"]]
+    said = ({"pays": "pays", "same": f"does not pay (within {TOLERANCE:.0%})", "slower": "does not pay: slower"}
+            if v["against"] == "fp16" else
+            {"pays": "faster", "same": f"as fast (within {TOLERANCE:.0%})", "slower": "slower"})
+    return (f"{a} {v['ms']:.4f} ms against {b} {v['other_ms']:.4f} ms, {v['speedup']:.2f}x: "
+            f"{said[v['verdict']]}")
+
+
+def worth_blocks(report: dict) -> list[tuple]:
+    """The report's section for a model with measured tables: per table, each INT8 engine against FP16, said plainly,
+    and where INT8 pays at no batch timed."""
+    found = tables(report.get("model_sha256"))
+    if not found:
+        return []
+    items, paid = [], False
+    for t in sorted(found, key=lambda t: (t["card"], t["level"], t["batch"])):
+        vs = verdicts(t)
+        paid |= any(v["verdict"] == "pays" and v["against"] == "fp16" for v in vs)
+        items += [f"{where(t)} ({t['date']}; calib's `{t['raw']}`): " + "; ".join(sentence(t, v) for v in vs)]
+    timed = sorted({t["batch"] for t in found if "fp16" in t["ms"]})
+    tail = ("" if paid or not timed else
+            f" INT8 pays at none of the batch sizes timed against FP16 ({', '.join(map(str, timed))}): "
+            "build FP16 there, or time a larger batch with `calib bench INT8.engine --against FP16.engine`.")
+    text = (f"This model's engines were timed on real GPUs (medians; INT8 against FP16, within {TOLERANCE:.0%} "
+            "is no difference). Your card, TensorRT version and batch decide: time your own engines with "
+            "`calib bench INT8.engine --against FP16.engine`." + tail)
+    return [("h2", "Is INT8 worth it: engines timed on GPUs"), ("p", text), ("list", items)]

@@ -1,0 +1,65 @@
+"""The GPU timings the report quotes (calib.deploy.measured) against the raw tables committed from the real engines,
+and what the report says with them."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from calib.deploy.measured import TABLES, tables, verdicts, worth_blocks
+from calib.evaluate.placement_rows import _measured
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("t", TABLES, ids=lambda t: f"{t['model']}-{t['card'][-4:]}-l{t['level']}-b{t['batch']}")
+def test_every_quoted_timing_is_the_raw_tables(t):
+    raw = json.loads((ROOT / t["raw"]).read_text())
+    assert (raw["batch"], raw["opt_level"], raw["tensorrt"]) == (t["batch"], t["level"], t["tensorrt"])
+    assert t["card"] in raw["gpu"]
+    for key, ms in t["ms"].items():
+        assert raw["engines"][t.get("names", {}).get(key, key)]["median_ms"] == pytest.approx(ms, abs=5e-5), key
+
+
+def test_verdicts_against_fp16_known_answers():
+    # YOLOv8n-320, H100, level 1, batch 4: implicit 0.6701 against FP16 0.7188, Q/DQ 0.9861, ModelOpt 0.7376
+    t = next(t for t in TABLES if t["model"] == "YOLOv8n-320" and t["level"] == 1)
+    got = {v["engine"]: (v["against"], v["verdict"], v["speedup"]) for v in verdicts(t)}
+    assert got == {"implicit": ("fp16", "pays", round(0.7188 / 0.6701, 3)),
+                   "qdq": ("fp16", "slower", round(0.7188 / 0.9861, 3)),
+                   "modelopt": ("fp16", "same", round(0.7188 / 0.7376, 3))}
+    # no FP16 timed: against the implicit engine
+    t = next(t for t in TABLES if t["model"] == "YOLOv3-tiny" and t["batch"] == 1)
+    assert [(v["engine"], v["against"], v["verdict"]) for v in verdicts(t)] == [("qdq", "implicit", "pays")]
+    assert verdicts(t)[0]["ms"] == 0.1699
+
+
+def test_report_section_only_for_a_timed_model():
+    assert worth_blocks({"model_sha256": "0" * 64}) == [] and tables(None) == []
+    sha = TABLES[0]["sha256"][0]
+    blocks = worth_blocks({"model_sha256": sha})
+    assert blocks[0] == ("h2", "Is INT8 worth it: engines timed on GPUs")
+    items = blocks[2][1]
+    assert len(items) == len(tables(sha)) == 3
+    h200 = next(i for i in items if i.startswith("NVIDIA H200, TensorRT 8.6.0, builder level 3, batch 4"))
+    assert "implicit INT8 0.2682 ms against FP16 0.2940 ms, 1.10x: pays" in h200
+    assert "calib's Q/DQ model, stem output float 0.3483 ms against FP16 0.2940 ms, 0.84x: does not pay: slower" in h200
+    assert "pays at none" not in blocks[1][1]
+
+
+def test_int8_that_never_pays_is_said_so():
+    t = {"model": "m", "sha256": ("f" * 64,), "card": "NVIDIA H100", "tensorrt": "8.6.0", "level": 3, "batch": 4,
+         "date": "2026-12-06", "raw": "r", "ms": {"fp16": 0.70, "implicit": 0.71, "qdq": 0.80}}
+    TABLES.append(t)
+    try:
+        text = worth_blocks({"model_sha256": "f" * 64})[1][1]
+    finally:
+        TABLES.remove(t)
+    assert "INT8 pays at none of the batch sizes timed against FP16 (4)" in text
+
+
+def test_placement_rows_quote_the_stem_table():
+    m = _measured()
+    assert (m["card"], m["level"], m["batch"]) == ("NVIDIA H200", 3, 4)
+    assert m["ms"] == {"fp16": 0.2940, "implicit": 0.2682, "stem-int8": 0.2645, "stem-float": 0.3483}
