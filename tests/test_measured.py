@@ -63,3 +63,17 @@ def test_placement_rows_quote_the_stem_table():
     m = _measured()
     assert (m["card"], m["level"], m["batch"]) == ("NVIDIA H200", 3, 4)
     assert m["ms"] == {"fp16": 0.2940, "implicit": 0.2682, "stem-int8": 0.2645, "stem-float": 0.3483}
+
+
+def test_engine_section_says_whether_each_int8_engine_pays():
+    from calib.evaluate.report import _engine_blocks
+
+    lat = lambda ms: {"latency": {"median_ms": ms}, "layer_summary": {"int8": 3}}  # noqa: E731
+    report = {"tensorrt": {"tensorrt": "8.6.0", "gpu": "NVIDIA H100", "batch": 4,
+                           "engines": {"trt-fp16": lat(0.7188), "trt-fp32": lat(1.9), "trt-minmax": lat(0.6701),
+                                       "trt-mse": lat(0.7376), "trt-entropy": lat(0.9861)}}}
+    said = _engine_blocks(report)[-1][1]
+    assert said == ["`trt-minmax` pays: 1.07x the FP16 engine's speed at batch 4.",
+                    "`trt-mse` does not pay at batch 4: 0.97x the FP16 engine (within 3%); build FP16, or time a larger "
+                    "batch with `calib bench INT8.engine --against FP16.engine --shape ...`.",
+                    "`trt-entropy` does not pay at batch 4: slower than the FP16 engine (0.73x)."]

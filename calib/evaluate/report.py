@@ -265,7 +265,27 @@ def _engine_blocks(report: dict) -> list[tuple]:
             ("table", ["engine", "layers per precision", "median latency (ms; min to max, runs)",
                        "speed-up vs FP16 engine", "speed-up vs FP32 engine", "build time (s)"],
              [[r["engine"], r["layers"], _latency_cell(r), doc.num(r["x_vs_fp16"]), doc.num(r["x_vs_fp32"]),
-               doc.num(r["build_s"])] for r in rows])]
+               doc.num(r["build_s"])] for r in rows])] + _pays_blocks(rows, t.get("batch"))
+
+
+def _pays_blocks(rows: list[dict], batch) -> list[tuple]:
+    """Whether each INT8 engine pays against the FP16 engine at this batch, said plainly (calib.deploy.worth)."""
+    from calib.deploy.worth import TOLERANCE
+
+    said = []
+    for r in rows:
+        x = r.get("x_vs_fp16")
+        if x is None or r["engine"] in ("trt-fp16", "trt-fp32"):
+            continue
+        if x >= 1 + TOLERANCE:
+            said.append(f"`{r['engine']}` pays: {x:.2f}x the FP16 engine's speed at batch {batch}.")
+        elif x > 1 - TOLERANCE:
+            said.append(f"`{r['engine']}` does not pay at batch {batch}: {x:.2f}x the FP16 engine "
+                        f"(within {TOLERANCE:.0%}); build FP16, or time a larger batch with `calib bench "
+                        "INT8.engine --against FP16.engine --shape ...`.")
+        else:
+            said.append(f"`{r['engine']}` does not pay at batch {batch}: slower than the FP16 engine ({x:.2f}x).")
+    return [("list", said)] if said else []
 
 
 def _latency_cell(r: dict) -> str:
