@@ -60,7 +60,7 @@ def thirdparty_root(calib_home):
     mine = USER_HOME / "thirdparty" / "archives"
     if mine.is_dir() and mine.resolve() != (here / "archives").resolve():
         (here / "archives").mkdir(parents=True, exist_ok=True)
-        for spec in thirdparty.MODELS.values():
+        for spec in (*thirdparty.MODELS.values(), *thirdparty.DATA.values()):
             src = mine / spec.archive
             if src.is_file() and not (here / "archives" / spec.archive).is_file():
                 shutil.copy2(src, here / "archives" / spec.archive)

@@ -177,3 +177,46 @@ def test_an_if_inside_the_taken_branch_is_folded_too():
     f, which = fold_ifs(m, {"sr": np.array(16000, np.int64)})
     assert which == [("outer", "then"), ("inner", "then")]
     assert [n.name for n in f.graph.node] == ["is16k", "c2", "wide/conv", "wide/relu", "pool", "flat"]
+
+
+def test_evaluate_simulates_the_folded_branch_in_int8_and_names_the_folded_model(tmp_path):
+    """`calib evaluate --const` folds the If; the deployed build's precision model, the FP16+INT8 rows and the
+    report's deploy commands are for the folded model, so the branch's Conv is simulated in INT8 (an implicit
+    precision model of the unfolded model named no layer of the branch: nothing was quantized)."""
+    m, data = tmp_path / "m.onnx", _data(tmp_path)
+    if_model(m)
+    r = CliRunner().invoke(main, ["--quiet", "calibrate", str(m), "--data", str(data), "--const", "sr=16000",
+                                  "--algo", "minmax", "-o", str(tmp_path / "c")])
+    assert r.exit_code == 0, r.output
+    r = CliRunner().invoke(main, ["--quiet", "evaluate", str(m), "--cache", str(tmp_path / "c" / "minmax.cache"),
+                                  "--data", str(data), "--const", "sr=16000", "--no-layerwise", "--float-type", "fp16",
+                                  "-o", str(tmp_path / "ev")])
+    assert r.exit_code == 0, r.output
+    rep = json.loads((tmp_path / "ev" / "report.json").read_text())
+    rows = rep["summary"]["rows"]
+    for row in ("minmax", "minmax qdq", "minmax qdq-fp16"):
+        assert np.isfinite(rows[row]["y_sqnr_db"]), (row, rows[row])  # rounded: INT8 ran in the branch
+    assert "wide/conv" not in rep["precision_model"]["float_nodes"] and rep["precision_model"]["counts"]["int8"] >= 1
+    assert rep["model_file"] == str(tmp_path / "ev" / "m.folded.onnx") and (tmp_path / "ev" / "m.folded.onnx").is_file()
+    md = (tmp_path / "ev" / "report.md").read_text()
+    assert f"--model {tmp_path / 'ev' / 'm.folded.onnx'} --to qdq" in md
+
+
+def test_the_fp16_int8_model_feeds_a_body_fp32_where_it_reads_an_outer_tensor(tmp_path):
+    """An If left in place stays FP32; its branches read `xr` from the graph around them by name, not as an input
+    of the If. `xr` comes from an FP16 Relu: the body must read an FP32 copy, or the model fails its type checks."""
+    from calib.quantize.fp16_model import make_fp16_model
+
+    m = if_model(cond_from_data=True)
+    for n in m.graph.node:
+        for g in (a.g for a in n.attribute if a.type == onnx.AttributeProto.GRAPH):
+            for b in g.node:
+                b.input[:] = ["xr" if t == "x" else t for t in b.input]
+    m.graph.node.insert(0, helper.make_node("Relu", ["x"], ["xr"], name="pre"))
+    onnx.checker.check_model(m)
+    x = np.random.default_rng(2).standard_normal((2, 3, 8, 8)).astype(np.float32)
+    f = make_fp16_model(m, {"x": 4.0, "xr": 4.0, "mean": 1.0, "feat": 4.0, "pooled": 2.0, "y": 2.0}).model
+    onnx.checker.check_model(f)
+    got = ort.InferenceSession(f.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    ref = _run(m, {"x": x})
+    assert got.shape == ref.shape and np.abs(got - ref).max() < 0.05 * np.abs(ref).max()

@@ -165,6 +165,7 @@ def evaluate(model, caches, data_args, batch_size, task, head, charset, metric, 
              layerwise, ignore_sidecar, allow_partial, deploy, engine_layers, allow_qdq, float_type, input_shapes,
              batch_axes, consts, memory_budget, out):
     """Compare MODEL in FP32 with its INT8 simulation under each --cache; write a report to OUT."""
+    from calib.data.folding import keep_derived
     from calib.evaluate.api import evaluate as run_eval
     from calib.evaluate.report import ship_line, summary, write_reports
     from calib.evaluate.verdict import verdict_line
@@ -188,6 +189,9 @@ def evaluate(model, caches, data_args, batch_size, task, head, charset, metric, 
     shapes, budget = parse_shapes(input_shapes), parse_budget(memory_budget)
     info = fix_input_shapes(inspect_model(model, proto), shapes, "--input-shape", override=True)
     info, const_values = feed_options(proto, info, batch_axes, consts)
+    built = info.path  # the model simulated: `model` with an overridden shape, an If --const decides folded
+    if Path(built) != Path(model):
+        proto = load_model(built)
     ex = check_exclusions(proto, exclude, model)
     float_layers = excluded_layers(proto, ex)
     del proto
@@ -199,12 +203,12 @@ def evaluate(model, caches, data_args, batch_size, task, head, charset, metric, 
         configs[name if name not in configs else c] = cf.amaxes()
         calib_samples.add((side or {}).get("samples"))
     src = make_cli_source(data_args, info, batch_size, consts=const_values)
-    pm = deployed_precision(model, deploy, engine_layers, "--engine-layers")
+    pm = deployed_precision(built, deploy, engine_layers, "--engine-layers")
     engines, fp16 = {}, []
     if float_type == "fp16":
         from calib.evaluate.fp16_rows import fp16_engines
 
-        engines, fp16 = fp16_engines(load_model(model), configs, ex, model)
+        engines, fp16 = fp16_engines(load_model(built), configs, ex, model)
     res = run_eval(model, configs, src, task, detection, exclude={n: ex for n in configs}, layerwise=layerwise,
                    precision={n: pm for n in configs}, memory_budget=budget, input_shapes=shapes,
                    option_names=CLI_NAMES, postprocess=hook, engines=engines, metric=user,
@@ -219,7 +223,8 @@ def evaluate(model, caches, data_args, batch_size, task, head, charset, metric, 
               "exclude": list(exclude), "float_layers": float_layers,
               "precision_model": {**pm.to_json(), "text": pm.describe()},
               "fp32_task": res.get("fp32_task"), "summary": summary(res, candidates=list(configs)),
-              "files": ["report.json", "report.md", "report.html"], "model_file": str(model),
+              "files": ["report.json", "report.md", "report.html"],
+              "model_file": str(model if Path(built) == Path(model) else Path(out) / Path(built).name),
               "caches": {name: str(c) for name, c in zip(configs, caches)}, "out_dir": str(out),
               "decoder": res.get("decoder"),
               "rerun": _rerun(model, data_args, batch_size, res["task"], head, postprocess, deploy, engine_layers,
@@ -234,7 +239,11 @@ def evaluate(model, caches, data_args, batch_size, task, head, charset, metric, 
     if fp16:
         report["fp16"] = fp16
     inputs = [model, engine_layers, data_args.data, *caches, *(sidecar_path(c) for c in caches)]
-    publish(out, lambda stage: write_reports(stage, report, HistogramCollector(), {}), "evaluate", inputs=inputs)
+    def write(stage):
+        keep_derived(built, model, stage)  # the model the deploy commands build: folded, reshaped
+        write_reports(stage, report, HistogramCollector(), {})
+
+    publish(out, write, "evaluate", inputs=inputs)
     click.echo(ship_line(report))
     click.echo(verdict_line(report))
     click.echo(f"wrote {Path(out) / 'report.html'}")

@@ -27,6 +27,7 @@ from onnx import TensorProto, helper, numpy_helper
 from calib.errors import ModelError
 from calib.quantize.model import elem_types, node_name
 from calib.quantize.opset import FP16_QDQ_OPSET, mark_opset, model_opset
+from calib.quantize.outer_scope import outer_reads, rename_reads
 
 log = logging.getLogger(__name__)
 
@@ -294,6 +295,10 @@ def to_fp16(qdq: onnx.ModelProto, keep: dict[str, str] | None = None, io_type: s
                 continue
             want = F32 if (st is not None and k < len(st[0]) and st[0][k] == "f32") else typ
             node.input[k] = w.get(t, want)
+        if _has_subgraph(n):  # its bodies read outer tensors by name: in FP32, as the node runs
+            reads = {t: (_dq(w, dq_of[t], F32) if t in dq_of else w.get(t, F32))
+                     for t in outer_reads(n) if t in dq_of or is_float(t)}
+            rename_reads(node, {k: v for k, v in reads.items() if k != v})
         if n.op_type == "Cast":
             to = next(a for a in node.attribute if a.name == "to")
             if to.i == F32 and typ == F16:
@@ -335,7 +340,7 @@ def to_fp16(qdq: onnx.ModelProto, keep: dict[str, str] | None = None, io_type: s
     g = m.graph
     del g.node[:]
     g.node.extend(w.nodes)
-    used = {t for n in g.node for t in n.input}
+    used = {t for n in g.node for t in (*n.input, *outer_reads(n))}  # a body reads initializers by name too
     keep_inits = [t for t in g0.initializer if t.name in used] + [t for t in w.new_inits if t.name in used]
     del g.initializer[:]
     g.initializer.extend(keep_inits)

