@@ -237,3 +237,23 @@ def test_the_emulation_runs_a_fixed_batch_model_a_batch_at_a_time():
     for k in range(3):
         one = r.run({"x": x[k:k + 1]})
         assert all(np.array_equal(got[o][k:k + 1], one[o]) for o in got)
+
+
+def test_initializers_listed_as_inputs_stay_weights():
+    """An old exporter (IR 4, PyTorch 1.2) lists every initializer among the graph inputs as well, an unused
+    int64 `num_batches_tracked` among them. The FP16+INT8 model drops or replaces such initializers (unused, or
+    copied to FP16); their input entries must go with them, or ONNX Runtime asks for them as data to feed."""
+    m = conv_block()
+    tracked = numpy_helper.from_array(np.array(3, np.int64), "bn.num_batches_tracked")
+    m.graph.initializer.append(tracked)
+    for t in m.graph.initializer:
+        m.graph.input.append(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
+    m.ir_version = 4
+    f = make_fp16_model(m, AMAX, label="old-export")
+    inits = {t.name: t.data_type for t in f.model.graph.initializer}
+    for gi in f.model.graph.input:
+        assert gi.name == "x" or inits.get(gi.name) == gi.type.tensor_type.elem_type, gi.name
+    s = ort.InferenceSession(emulated(f.model).SerializeToString(), providers=["CPUExecutionProvider"])
+    assert [i.name for i in s.get_inputs()] == ["x"]
+    x = np.random.default_rng(1).standard_normal((1, 4, 8, 8)).astype(np.float32)
+    assert np.isfinite(Fp16Runner(f.model).run({"x": x})["y"]).all()

@@ -345,8 +345,9 @@ def to_fp16(qdq: onnx.ModelProto, keep: dict[str, str] | None = None, io_type: s
     del g.initializer[:]
     g.initializer.extend(keep_inits)
     del g.value_info[:]
+    _inputs_after_initializers(g, {t.name for t in g0.initializer})
     for gi in g.input:
-        if is_float(gi.name):
+        if is_float(gi.name) and gi.name not in _inits_of(g):
             gi.type.tensor_type.elem_type = io
     del g.output[:]
     g.output.extend(outputs)
@@ -359,6 +360,23 @@ def to_fp16(qdq: onnx.ModelProto, keep: dict[str, str] | None = None, io_type: s
         log.warning("%d Q/DQ scales below FP16's smallest normal (%.3g) lose precision in FP16: %s",
                     len(set(subnormal)), _F16_MIN_NORMAL, ", ".join(sorted(set(subnormal))[:5]))
     return Fp16Result(m, fp32_nodes, w.casts)
+
+
+def _inits_of(g: onnx.GraphProto) -> dict[str, int]:
+    return {t.name: t.data_type for t in g.initializer}
+
+
+def _inputs_after_initializers(g: onnx.GraphProto, old_inits: set) -> None:
+    """An old exporter's initializers listed as graph inputs (IR < 4 style): the entry of one dropped here (unused,
+    or replaced by a converted copy) goes with it, else ONNX Runtime would ask for it as data; a kept one's entry
+    takes the initializer's type."""
+    kept = _inits_of(g)
+    inputs = [i for i in g.input if i.name not in old_inits or i.name in kept]
+    for i in inputs:
+        if i.name in kept:
+            i.type.tensor_type.elem_type = kept[i.name]
+    del g.input[:]
+    g.input.extend(inputs)
 
 
 def _rename(nodes, old: str, new: str) -> None:
