@@ -385,8 +385,9 @@ def calibrate(model: str | Path, data, algorithms=ALL_ALGORITHMS, params: dict |
     def run(stage: Path | None) -> CalibrationResult:
         nonlocal model, info
         equalized = None
+        derived = None
         if stage is not None:  # the caches are for the folded model: written beside them
-            keep_derived(model, given, stage)
+            derived = keep_derived(model, given, stage)
         if equalize:
             from calib.equalize import equalize_file
 
@@ -407,8 +408,13 @@ def calibrate(model: str | Path, data, algorithms=ALL_ALGORITHMS, params: dict |
         log.info("statistics pass: %d samples, %d tensors, %.1f s", samples, len(stats.hists), t_pass)
         result = CalibrationResult(info2, stats, amax, used, samples, fp, secs, equalized, dropped)
         if stage is not None:
-            extra = {"nonfinite_samples_left_out": len(dropped)} if dropped else None
-            result.write_into(stage, trt_version, carrier, extra)
+            extra = {"nonfinite_samples_left_out": len(dropped)} if dropped else {}
+            if derived or equalize:  # the caches are for calib's copy of the model: which, made of what
+                from calib.quantize.derived import derived_from
+
+                extra["derived_from"] = derived_from(given, Path(model).name, input_shapes if derived else None,
+                                                     consts if derived else None, equalized=equalize)
+            result.write_into(stage, trt_version, carrier, extra or None)
         return result
 
     if out is None:

@@ -108,3 +108,33 @@ def test_run_writes_the_qdq_model_at_the_shape_and_notes_tiny_inputs(tmp_path):
     assert "b10.reshaped.onnx" in rep["files"]
     q = onnx.load(str(tmp_path / "o2" / rep["qdq_model"]))
     assert [d.dim_value for d in q.graph.input[0].type.tensor_type.shape.dim] == [1, 3, 64, 64]
+
+
+def test_convert_given_the_users_model_uses_calibs_reshaped_copy(tmp_path):
+    model = conv_net(tmp_path / "b10.onnx", [10, 3, 32, 32])
+    imgs = image_folder(tmp_path / "imgs", [(64, 64)] * 6)
+    r = invoke("calibrate", model, "--data", imgs, "--input-shape", "images=1x3x64x64", "--algo", "minmax",
+               "-o", tmp_path / "c")
+    assert r.exit_code == 0, r.output
+    side = json.loads((tmp_path / "c" / "minmax.json").read_text())
+    d = side["extra"]["derived_from"]
+    assert (d["model"], d["file"], d["how"]) == ("b10.onnx", "b10.reshaped.onnx", "reshaped at images=1x3x64x64")
+    r = invoke("cache", "convert", tmp_path / "c" / "minmax.cache", "--model", model, "--to", "qdq",
+               "-o", tmp_path / "q.onnx")
+    assert r.exit_code == 0, r.output
+    q = onnx.load(str(tmp_path / "q.onnx"))
+    assert [d.dim_value for d in q.graph.input[0].type.tensor_type.shape.dim] == [1, 3, 64, 64]
+    r = invoke("cache", "inspect", tmp_path / "c" / "minmax.cache", "--model", model)
+    assert r.exit_code == 0, r.output
+    # the copy gone: one line naming the file to pass, nothing written
+    (tmp_path / "c" / "b10.reshaped.onnx").rename(tmp_path / "elsewhere.onnx")
+    r = invoke("--quiet", "cache", "convert", tmp_path / "c" / "minmax.cache", "--model", model, "--to", "qdq",
+               "-o", tmp_path / "q2.onnx")
+    assert r.exit_code == 2, r.output
+    line, = r.output.strip().splitlines()
+    assert line.endswith("is for " + str(model) + " reshaped at images=1x3x64x64 by calib calibrate, whose copy "
+                         "b10.reshaped.onnx is not beside the cache: pass --model that file")
+    assert not (tmp_path / "q2.onnx").exists()
+    r = invoke("--quiet", "cache", "convert", tmp_path / "c" / "minmax.cache", "--model", tmp_path / "elsewhere.onnx",
+               "--to", "qdq", "-o", tmp_path / "q3.onnx")
+    assert r.exit_code == 0, r.output

@@ -32,9 +32,10 @@ def cache_inspect(file, model, ignore_hash, allow_unknown, as_json, ignore_sidec
 
     info = None
     if model:
+        from calib.quantize.derived import model_for_cache
         from calib.quantize.model import inspect_model
 
-        info = inspect_model(model)
+        info = inspect_model(model if ignore_hash else model_for_cache(file, model))
     c, side = load_checked(file, info, CacheChecks(ignore_hash, allow_unknown, ignore_sidecar, allow_partial))
     if model:
         internal = [n for n in c.scales if n not in set(info.activations) and is_trt_internal(n)]
@@ -151,6 +152,10 @@ def cache_convert(file, model, fmt, carrier, trt_version, exclude, ignore_hash, 
     refuse_overwrite(outputs, inputs)  # before anything is read or written
     if fmt == "cache" and sidecar_path(out) == Path(out):
         raise CalibError(f"{out}: -o: a cache named .json would be its own sidecar; name it .cache")
+    from calib.quantize.derived import model_for_cache
+
+    if not ignore_hash:
+        model = str(model_for_cache(file, model))  # calib's reshaped or folded copy, where the cache is for it
     proto = load_model(model)
     if fmt == "qdq":
         check_fp32(proto, model, allow_qdq)
