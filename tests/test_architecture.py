@@ -1,4 +1,4 @@
-"""The architecture as import-linter contracts (pyproject.toml, [tool.importlinter]; README, "Architecture"): each room
+"""The architecture as import-linter contracts (pyproject.toml, [tool.importlinter]; docs/architecture.md): each room
 imports only the rooms below it, the two backends do not know each other, heavy imports stay in their rooms, and no
 package's modules import each other in a circle. A deliberate upward import breaks the layers."""
 import re

@@ -1,4 +1,4 @@
-"""What batch size and order change in a calibration, as the README says: nothing for minmax, percentile, mse and
+"""What batch size and order change in a calibration, as docs/report.md says: nothing for minmax, percentile, mse and
 entropy-stable (calib's histograms merge exactly), the threshold of the TensorRT-exact entropy (its grid is set by
 the first batch's range, as EntropyCalibration2's is)."""
 import json

@@ -1,5 +1,5 @@
-"""Every trtexec command calib prints (the report's Deploy section) or documents (README.md) uses only options that
-the TensorRT versions it is given for have: each command is assigned to the versions its section names
+"""Every trtexec command calib prints (the report's Deploy section) or documents (README.md, docs/*.md) uses only
+options that the TensorRT versions it is given for have: each command is assigned to the versions its section names
 ("# TensorRT 8.6 to 10.x, ...", "### TensorRT 11.x: ...") and each of its options is looked up in those versions'
 option lists, read from NVIDIA's trtexec source (tests/data/trtexec/<version>.txt, each naming its tag and files)."""
 from __future__ import annotations
@@ -76,12 +76,12 @@ def trtexec_problems(line: str, versions: list[tuple[int, int]]) -> list[str]:
 
 def commands_by_version(text: str, markdown: bool = True) -> list[tuple[str, list]]:
     """(trtexec command, versions) for every trtexec command of a text: the lines of its indented or plain command
-    blocks and `trtexec --onnx=...` spans inline. A Markdown heading (## or ###) or a comment line naming TensorRT
-    versions sets them; a heading naming none clears them."""
+    blocks and `trtexec --onnx=...` spans inline. A Markdown heading (#, ## or ###) or a comment line naming
+    TensorRT versions sets them; a heading naming none clears them."""
     out, versions = [], []
     for raw in text.splitlines():
         line = raw.strip()
-        if markdown and re.match(r"#{2,3} ", raw):
+        if markdown and re.match(r"#{1,3} ", raw):
             versions = versions_named(raw)
         elif line.startswith("#") and versions_named(line):
             versions = versions_named(line)
@@ -196,12 +196,15 @@ def test_option_lists_come_from_nvidia_source_and_hold_what_is_known():
                                                            if v[0] == 10)
 
 
-def test_readme_trtexec_commands_exist_in_their_versions():
-    """Every trtexec command in README.md sits under a heading naming its TensorRT versions and uses only their
-    options; the TensorRT 11 section has its own commands and none of the flags 11 removed."""
-    found = commands_by_version((ROOT / "README.md").read_text())
-    problems = [p for line, versions in found for p in trtexec_problems(line, versions)]
+def test_documented_trtexec_commands_exist_in_their_versions():
+    """Every trtexec command in README.md and docs/*.md sits under a heading of its page naming its TensorRT
+    versions and uses only their options; docs/tensorrt-versions.md gives commands for 8.6, 10.x and 11.x, and its
+    TensorRT 11 section has its own commands and none of the flags 11 removed."""
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    problems = [p for page in pages for line, versions in commands_by_version(page.read_text())
+                for p in trtexec_problems(line, versions)]
     assert not problems, "\n".join(problems)
+    found = commands_by_version((ROOT / "docs" / "tensorrt-versions.md").read_text())
     eleven = [line for line, versions in found if versions and all(v[0] == 11 for v in versions)]
     assert eleven and all("--onnx=" in line and "--saveEngine=" in line for line in eleven)
     assert {v[0] for _, versions in found for v in versions} == {8, 10, 11}

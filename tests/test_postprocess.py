@@ -17,9 +17,9 @@ from calib.recipe import load_recipe
 BOXES = [(8, 1, 1, 0.5, 0.5, 1.0, 1.0, 0.9, 0, 0.9), (16, 2, 1, 0.5, 0.5, np.log(2), np.log(2), 0.9, 1, 0.8)]
 
 
-def readme_hook(folder, size=(64, 64)):
-    """The README's YOLOX example, as written there, for a `size` input."""
-    text = (ROOT / "README.md").read_text()
+def docs_hook(folder, size=(64, 64)):
+    """The YOLOX example of docs/own-models.md, as written there, for a `size` input."""
+    text = (ROOT / "docs" / "own-models.md").read_text()
     code = re.search(r"```python\n(import numpy as np\n\ndef decode\(outputs.*?)```", text, re.S).group(1)
     assert "size=(416, 416)" in code and len(code.strip().splitlines()) <= 15
     path = folder / "yolox_post.py"
@@ -50,8 +50,8 @@ def _evaluate(model, data, cache, out, *extra):
                                      "--no-layerwise", *extra, "--out", str(out)])
 
 
-def test_readme_hook_decodes_as_the_yolox_head(tmp_path):
-    hook = postprocess.load(f"{readme_hook(tmp_path)}:decode")
+def test_docs_hook_decodes_as_the_yolox_head(tmp_path):
+    hook = postprocess.load(f"{docs_hook(tmp_path)}:decode")
     y = np.concatenate([yolox_raw(boxes=BOXES), yolox_raw(boxes=BOXES[:1])])
     kind, got = hook({"output": y})
     assert kind == "detection" and len(got) == 2
@@ -64,7 +64,7 @@ def test_readme_hook_decodes_as_the_yolox_head(tmp_path):
 
 def test_evaluate_with_a_postprocess_hook_from_the_cli(detector, tmp_path):
     model, data, cache = detector
-    hook = readme_hook(tmp_path)
+    hook = docs_hook(tmp_path)
     r = _evaluate(model, data, cache, tmp_path / "rep", "--postprocess", f"{hook}:decode")
     assert r.exit_code == 0, r.output
     rep = json.loads((tmp_path / "rep" / "report.json").read_text())
@@ -144,7 +144,7 @@ def test_hook_spec_and_results_checked():
 
 def test_recipe_key_resolves_against_the_recipe_and_calib_run_uses_it(detector, tmp_path):
     model, data, _ = detector
-    readme_hook(tmp_path)
+    docs_hook(tmp_path)
     recipe = tmp_path / "r.yaml"
     recipe.write_text(f"""
 name: hooked

@@ -1,5 +1,6 @@
-"""The README's commands and files exist as written: every `calib ...` line names a command and options the CLI
-has (a renamed flag or a glob a shell would expand fails here), and every repository path it names is there."""
+"""The README's and the docs pages' commands and files exist as written: every `calib ...` line names a command and
+options the CLI has (a renamed flag or a glob a shell would expand fails here), every repository path they name is
+there, and every page in docs/ is linked from the README, whose links all resolve."""
 import re
 import shlex
 
@@ -9,10 +10,37 @@ from calib.cli import main
 from conftest import ROOT
 
 README = (ROOT / "README.md").read_text()
+LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 
 
-def _command_lines() -> list[str]:
-    lines, out = README.splitlines(), []
+def _pages() -> list[tuple[str, str]]:
+    """(name, text) of the README, then of the docs pages in the order the README links them (the reading order: a
+    page's examples may read what an earlier page's examples wrote)."""
+    order = [m for m in LINK.findall(README) if m.startswith("docs/") and m.endswith(".md")]
+    names = ["README.md"] + list(dict.fromkeys(order))
+    return [(name, (ROOT / name).read_text()) for name in names]
+
+
+PAGES = _pages()
+ALL_TEXT = "\n".join(text for _, text in PAGES)
+
+
+def test_every_docs_page_is_linked_from_the_readme_and_every_link_resolves():
+    pages = {name for name, _ in PAGES}
+    on_disk = {f"docs/{f.name}" for f in (ROOT / "docs").glob("*.md")}
+    assert on_disk and on_disk <= pages, sorted(on_disk - pages)
+    problems = []
+    for name, text in PAGES:
+        for target in LINK.findall(text):
+            if re.match(r"\w+://", target):
+                continue
+            if not ((ROOT / name).parent / target.split("#")[0]).exists():
+                problems.append(f"{name}: {target}")
+    assert not problems, problems
+
+
+def _command_lines(text: str = ALL_TEXT) -> list[str]:
+    lines, out = text.splitlines(), []
     i = 0
     while i < len(lines):
         line = lines[i].strip()
@@ -36,7 +64,7 @@ def _resolve(args: list[str]):
 
 def test_readme_commands_use_options_the_cli_has():
     lines = _command_lines()
-    assert len(lines) >= 20
+    assert len(lines) >= 40 and len(_command_lines(README)) >= 5  # the README's quick start among them
     for line in lines:
         raw = line.split("  #")[0]
         for tok in raw.split():
@@ -53,8 +81,8 @@ def test_readme_commands_use_options_the_cli_has():
 
 def test_readme_repository_paths_exist():
     paths = set(re.findall(r"(?<![\w./~-])((?:calib|tests|benchmarks|recipes|datasets|notebooks|docs)/[\w./-]*\w)",
-                           README))
-    assert len(paths) >= 20
+                           ALL_TEXT))
+    assert len(paths) >= 45
     missing = sorted(p for p in paths if not (ROOT / p).exists())
     assert not missing, missing
 
@@ -109,8 +137,12 @@ COMMANDS = ("calib ", "trtexec ", "make ")
 
 
 def _sections() -> list[tuple[str, str]]:
-    parts = re.split(r"^(#{2,3} .*)$", README, flags=re.M)
-    return [("(top)", parts[0])] + [(parts[i], parts[i + 1]) for i in range(1, len(parts), 2)]
+    """(title, text) of every section of every page, in reading order; a page's top heading opens its first."""
+    out = []
+    for name, text in PAGES:
+        parts = re.split(r"^(#{1,3} .*)$", text, flags=re.M)
+        out += [(f"{name} (top)", parts[0])] + [(f"{name} {parts[i]}", parts[i + 1]) for i in range(1, len(parts), 2)]
+    return out
 
 
 def _commands(text: str) -> list[str]:
@@ -169,8 +201,9 @@ def _under(path: str, folders) -> bool:
 
 
 def test_readme_example_paths_exist_are_written_first_or_are_marked_as_yours():
-    """Every path a README example reads is in the repository, written by an earlier example (`make run`'s
-    runs/yolo/, an `--out`/`-o` folder), or named in its section's "(`...` stand for your own files)" note."""
+    """Every path an example of the README or a docs page reads is in the repository, written by an earlier
+    example (`make run`'s runs/yolo/, an `--out`/`-o` folder; the pages read in the README's order), or named in its
+    section's "(`...` stand for your own files)" note."""
     written, checked, problems = [], 0, []
     for title, text in _sections():
         notes = [m.group(1) for m in PLACEHOLDER_NOTE.finditer(text)]
@@ -197,5 +230,5 @@ def test_readme_example_paths_exist_are_written_first_or_are_marked_as_yours():
                 problems.append(f"{title}: {m!r} is in the repository, not one of your files")
             elif m not in used and not _under(m, written):
                 problems.append(f"{title}: the note names {m!r}, which no example there uses")
-    assert checked >= 40
+    assert checked >= 80
     assert not problems, "\n".join(problems)
