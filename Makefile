@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,ray]'
 	@echo "compiling calib's statistics kernels (once; numba keeps them beside calib/stats/kernels.py)"
 	$(BIN)/python -c "from calib.stats.kernels import warm_up; warm_up()"
 	touch $(STAMP)

@@ -154,7 +154,7 @@ def collect(model_path: str | Path, source, micro_batch: int | None = None, nbin
             label: str = "calibration data", info: ModelInfo | None = None, derive: bool = True,
             blocked: bool = True, skip_nonfinite: bool = False, dropped: list | None = None,
             give_back: bool = True, tensorrt_grid: bool = True, budget: Budget | None = None, option_names=None,
-            allow_qdq: bool = False):
+            allow_qdq: bool = False, pool=None):
     """Run the FP32 model over `source` once; returns (ModelInfo, HistogramCollector, samples, fingerprint).
 
     A sample holding NaN or Inf in an input is an error, or with `skip_nonfinite` left out (and its name added
@@ -172,7 +172,9 @@ def collect(model_path: str | Path, source, micro_batch: int | None = None, nbin
     tensorrt_grid: also keep each tensor's histogram on TensorRT's own grid (its range from the first batch, which
     takes one more pass of the model over that batch when it is more than one run), for the entropy algorithm to
     match EntropyCalibration2.
-    allow_qdq: calibrate a model that holds Q/DQ nodes already (refused by default: it is not an FP32 model)."""
+    allow_qdq: calibrate a model that holds Q/DQ nodes already (refused by default: it is not an FP32 model).
+    pool: a calib.scale pool whose workers count the batches after the first (calib.shards); the statistics are the
+    same as this process's own pass."""
     from calib.runners.budget import pass_samples
     from calib.runners.feed import fed
     from calib.runners.onnxruntime import OrtRunner
@@ -207,6 +209,8 @@ def collect(model_path: str | Path, source, micro_batch: int | None = None, nbin
     except BaseException:
         batches.close()
         raise
+    shared = pool is not None and pool.size > 1
+    model_bytes = proto.SerializeToString() if shared else None  # before the session owns the model
     if micro_batch is not None:
         proto = None  # the session holds what it needs
     exposed = set(runner.tensor_names())
@@ -231,7 +235,8 @@ def collect(model_path: str | Path, source, micro_batch: int | None = None, nbin
     warmup.settle()
     with nvtx_range("calib.calibrate"), bar("calibrate", total=total) as pbar, closing(batches):
         runs = FixedBatches(checked(), fixed) if fixed else checked()
-        for bi, (batch, _, _) in enumerate(runs):
+        stream = iter(runs)  # one iterator: the pool's workers take what the first batch leaves
+        for bi, (batch, _, _) in enumerate(stream):
             if micro_batch is None:  # input sizes known only now
                 micro_batch = pass_samples(proto, info, budget, rows(batch), fixed, batch)
                 proto = None
@@ -253,6 +258,11 @@ def collect(model_path: str | Path, source, micro_batch: int | None = None, nbin
                 del outs
             samples += n
             stats.first = False  # TensorRT sets its histogram ranges from the first batch alone
+            if shared:  # the rest on the pool's workers, told the first batch's ranges
+                stats, more = _shared_out(pool, stream, stats, model_bytes, info, derived, wanted, micro_batch,
+                                          nbins, blocked, str(model_path))
+                samples += more
+                break
     if fixed:
         runs.check(label, ", ".join(f"'{n}' {dims_text(d)}" for n, d, _ in info.inputs),
                    called("calibration_data.limit", option_names))
@@ -274,6 +284,25 @@ def collect(model_path: str | Path, source, micro_batch: int | None = None, nbin
         if h.count == 0:
             raise DataError(f"tensor '{name}': every value is NaN or Inf; no scale can be computed")
     return info, stats, samples, digest.hexdigest()
+
+
+def _shared_out(pool, runs, stats, model_bytes, info, derived, wanted, micro_batch, nbins, blocked, label):
+    """The batches left in `runs` counted by the pool's workers, merged into `stats`; (stats, samples)."""
+    from calib import shards
+
+    shard = shards.Shard(model_bytes, info.layout, tuple(n for n in info.activations if n not in derived),
+                         tuple(wanted), int(micro_batch), nbins, stats.signed, dict(stats.trt_first),
+                         {k: tuple(v) for k, v in stats.trt_derived.items()}, blocked, label, info.sha256)
+    count = [0]
+
+    def rest():
+        for batch, _, _ in runs:
+            count[0] += rows(batch)
+            yield batch
+
+    parts = pool.fold(shards.start, shards.step, shards.end, pool.share(shard), rest())
+    log.info("statistics pass: %d samples counted on %s", count[0], pool.label)
+    return shards.merged(stats, parts), count[0]
 
 
 def needs_tensorrt_grid(algorithms, params: dict | None = None) -> bool:
@@ -349,7 +378,7 @@ def calibrate(model: str | Path, data, algorithms=ALL_ALGORITHMS, params: dict |
               micro_batch: int | None = None, skip_nonfinite: bool = False, equalize: bool = False,
               give_back: bool = True, input_shapes: dict | None = None, memory_budget: Budget | None = None,
               option_names=None, allow_qdq: bool = False, batch_axes: dict | None = None,
-              consts: dict | None = None) -> CalibrationResult:
+              consts: dict | None = None, pool=None) -> CalibrationResult:
     """Calibrate `model` on `data` (a Source, an ndarray, a dict of arrays per input, or a .npy/.npz path) with
     every algorithm.
 
@@ -363,7 +392,7 @@ def calibrate(model: str | Path, data, algorithms=ALL_ALGORITHMS, params: dict |
     allow_qdq: calibrate a model that holds Q/DQ nodes already (refused by default).
     batch_axes: input or output -> the axis that carries its samples (None: none; default: from the model, see
     calib.quantize.layout); consts: input -> a value fed with every sample (a number, nested lists, an array or a
-    .npy path; calib.data.feeding)."""
+    .npy path; calib.data.feeding); pool: a calib.scale pool sharing out the statistics pass (the same caches)."""
     algorithms = [algorithms] if isinstance(algorithms, str) else list(algorithms)
     if not algorithms:
         raise CalibError("no calibration algorithm given")
@@ -401,7 +430,7 @@ def calibrate(model: str | Path, data, algorithms=ALL_ALGORITHMS, params: dict |
                                             skip_nonfinite=skip_nonfinite, dropped=dropped, give_back=give_back,
                                             allow_qdq=allow_qdq,
                                             tensorrt_grid=needs_tensorrt_grid(algorithms, params),
-                                            budget=memory_budget, option_names=option_names)
+                                            budget=memory_budget, option_names=option_names, pool=pool)
         t_pass = time.perf_counter() - t0
         amax, used, secs = compute_all(stats, info2.activations, algorithms, params, model=model)
         secs["pass"] = t_pass

@@ -39,7 +39,8 @@ class MissingExtraError(CalibError):
 DISTRIBUTION = "calib-trt"  # the name pip knows calib by (`calib` on PyPI is an unrelated project)
 # the optional extras of pyproject.toml, so that a hint names packages pip can install from anywhere
 EXTRAS = {"trt": ("tensorrt>=8.6", "cuda-python>=12"), "torch": ("torch>=2.1", "torchvision>=0.16"),
-          "data": ("scikit-image>=0.22", "scikit-learn>=1.3"), "text": ("tokenizers>=0.15",)}
+          "data": ("scikit-image>=0.22", "scikit-learn>=1.3"), "text": ("tokenizers>=0.15",),
+          "ray": ("ray>=2.9",)}
 
 
 def install_hint(extra: str) -> str:

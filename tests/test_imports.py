@@ -5,7 +5,7 @@ import sys
 
 import calib
 
-HEAVY = ("tensorrt", "cuda", "torch", "torchvision", "pycuda", "tokenizers")
+HEAVY = ("tensorrt", "cuda", "torch", "torchvision", "pycuda", "tokenizers", "ray")
 
 
 def _modules():

@@ -1,6 +1,7 @@
-"""What every calib command shares: one-line errors instead of tracebacks, the cache-check flags."""
+"""What every calib command shares: one-line errors instead of tracebacks, the cache-check flags, --ray."""
 from __future__ import annotations
 
+import contextlib
 import functools
 import sys
 
@@ -85,3 +86,23 @@ def _silence_stdout() -> None:
         os.dup2(devnull, sys.stdout.fileno())
     except (OSError, ValueError):  # no real stdout (tests): nothing left to flush
         pass
+
+
+def ray_option(what: str):
+    """--ray auto|ADDRESS: `what` runs on a Ray cluster's workers (the [ray] extra), with the same results."""
+    return click.option("--ray", "ray_address", metavar="auto|ADDRESS",
+                        help=f"Run {what} on a Ray cluster's workers: 'auto' (the running cluster) or its address "
+                             "(needs the [ray] extra; the results are those of one process).")
+
+
+@contextlib.contextmanager
+def pool_for(address: str | None):
+    """The calib.scale pool --ray asks for (None without it), closed at the end."""
+    from calib.scale.pool import open_pool
+
+    pool = open_pool(address)
+    try:
+        yield pool
+    finally:
+        if pool is not None:
+            pool.close()

@@ -9,7 +9,7 @@ import click
 
 from calib.cli.cache import cache
 from calib.cli.common import cache_checks as _cache_checks
-from calib.cli.common import given_path
+from calib.cli.common import given_path, pool_for, ray_option
 from calib.cli.common import handled as _handled
 from calib.cli.recover import recover
 from calib.cli.data import CLI_NAMES, data_options, feed_options, make_cli_source, model_options, with_data
@@ -67,16 +67,20 @@ def run(ctx, recipe, out, overrides, quiet):
 @click.argument("recipe", type=click.Path(dir_okay=False))
 @click.option("--out", "-o", type=click.Path(file_okay=False), help="Output folder (default: <output>/sensitivity).")
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a recipe key (repeatable).")
+@ray_option("the calibration pass and the variants' evaluations")
 @click.pass_context
 @_handled
-def sensitivity(ctx, recipe, out, overrides):
+def sensitivity(ctx, recipe, out, overrides, ray_address):
     """Rank layers of RECIPE's model by INT8 sensitivity and find the fewest to keep in FP16/FP32."""
     from calib.recipe import load_recipe
+    from calib.scale.pool import check as check_ray
     from calib.search.sensitivity import run_sensitivity
 
     given_path(out, "--out")
+    check_ray(ray_address)
     r = load_recipe(recipe, overrides)
-    path = run_sensitivity(r, out, verbose=ctx.obj["verbose"])
+    with pool_for(ray_address) as pool:
+        path = run_sensitivity(r, out, verbose=ctx.obj["verbose"], pool=pool)
     click.echo(f"wrote {Path(path) / 'sensitivity.md'}")
 
 
@@ -95,11 +99,12 @@ def sensitivity(ctx, recipe, out, overrides):
 @click.option("--skip-nonfinite", is_flag=True, help="Leave out samples holding NaN or Inf (default: an error).")
 @click.option("--allow-qdq", is_flag=True, help="Calibrate a model that holds Q/DQ nodes already (default: refused).")
 @model_options
+@ray_option("the statistics pass")
 @click.option("--out", "-o", required=True, type=click.Path(file_okay=False))
 @_handled
 @with_data
 def calibrate(model, data_args, algo, batch_size, percentile, trt_version, carrier, equalize, skip_nonfinite,
-              allow_qdq, input_shapes, batch_axes, consts, memory_budget, out):
+              allow_qdq, input_shapes, batch_axes, consts, memory_budget, ray_address, out):
     """Calibrate MODEL on --data in one pass; write OUT/<algo>.cache and OUT/<algo>.json per algorithm."""
     from calib.algorithms import registry
     from calib.stats import warmup
@@ -109,6 +114,9 @@ def calibrate(model, data_args, algo, batch_size, percentile, trt_version, carri
         raise CalibError("--algo: no algorithm named")
     for a in algos:  # before the data is opened
         registry.get(a)
+    from calib.scale.pool import check as check_ray
+
+    check_ray(ray_address)
     warmup.start()  # before the imports and the model: they overlap
     from calib.calibrate import calibrate as run_calibration
     from calib.quantize.model import inspect_model
@@ -118,11 +126,13 @@ def calibrate(model, data_args, algo, batch_size, percentile, trt_version, carri
     info = fix_input_shapes(inspect_model(model), shapes, "--input-shape", override=True)
     info, const_values = feed_options(model, info, batch_axes, consts)
     data = make_cli_source(data_args, info, batch_size, consts=const_values)
-    res = run_calibration(model, data, algos, {"percentile": {"percentile": percentile}}, batch_size,
-                          "none", out, trt_version, carrier, skip_nonfinite=skip_nonfinite, equalize=equalize,
-                          give_back=False, allow_qdq=allow_qdq,  # the process ends after writing the caches
-                          input_shapes=shapes, memory_budget=budget, option_names=CLI_NAMES,
-                          batch_axes=dict(info.layout.inputs + info.layout.outputs), consts=const_values)
+    with pool_for(ray_address) as pool:
+        res = run_calibration(model, data, algos, {"percentile": {"percentile": percentile}}, batch_size,
+                              "none", out, trt_version, carrier, skip_nonfinite=skip_nonfinite, equalize=equalize,
+                              give_back=False, allow_qdq=allow_qdq,  # the process ends after writing the caches
+                              input_shapes=shapes, memory_budget=budget, option_names=CLI_NAMES,
+                              batch_axes=dict(info.layout.inputs + info.layout.outputs), consts=const_values,
+                              pool=pool)
     if res.equalized:
         click.echo(f"{Path(out) / res.equalized['file']}  ({res.equalized['equalized']} of {res.equalized['pairs']} "
                    "Conv pairs equalized)")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from calib.cli.common import given_path, handled
+from calib.cli.common import given_path, handled, pool_for, ray_option
 from calib.cli.data import CLI_NAMES, DataArgs, data_options, feed_options, make_cli_source, model_options, with_data
 from calib.cli.data import input_shapes as parse_shapes
 from calib.cli.data import memory_budget as parse_budget
@@ -148,13 +148,15 @@ RECIPE_ONLY_FLAGS = ("data", "task", "head", "charset", "metric", "postprocess",
               help="Calibrator algorithm named in the cache header (the class that will read it).")
 @model_options
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="With a recipe: override a key.")
+@ray_option("the calibration passes and the variants' evaluations")
 @click.option("--out", "-o", required=True, type=click.Path(file_okay=False))
 @click.pass_context
 @handled
 @with_data
 def recover(ctx, model, data_args, target, max_drop, calib_samples, batch_size, task, head, charset, metric,
             postprocess, algo, percentile, step_names, rank_samples, rank_by, precision, deploy, engine_layers,
-            time_budget, trt_version, carrier, input_shapes, batch_axes, consts, memory_budget, overrides, out):
+            time_budget, trt_version, carrier, input_shapes, batch_axes, consts, memory_budget, overrides, ray_address,
+            out):
     """Recover INT8 accuracy on MODEL (or a RECIPE's model, data and task) until --target holds: in INT8 first,
     then with the fewest layers in float."""
     from calib.algorithms import registry
@@ -162,9 +164,11 @@ def recover(ctx, model, data_args, target, max_drop, calib_samples, batch_size, 
     from calib.search.recover_state import RecoverSpec
     from calib.search.recover_out import summary_line
     from calib.search.target import parse_target
+    from calib.scale.pool import check as check_ray
 
     given_path(out, "--out")
     goal = parse_target(target, max_drop)  # every option checked before the model or the data is read
+    check_ray(ray_address)
     budget_s = parse_time_budget(time_budget)
     chosen_steps = steps(step_names)
     algos = [a.strip() for a in algo.split(",") if a.strip()]
@@ -204,7 +208,8 @@ def recover(ctx, model, data_args, target, max_drop, calib_samples, batch_size, 
     spec = RecoverSpec(goal, tuple(algos), percentile, chosen_steps, rank_samples=rank_samples or None,
                        rank_by=rank_by, precision=precision, deploy=deploy,
                        engine_layers=engine_layers, time_budget=budget_s, trt_version=trt_version, carrier=carrier)
-    res = run_recovery(model_file, info, cal, ev, spec, evaluation, out, memory, batch_size, names,
-                       inputs=[*inputs, engine_layers], command=command_line(ctx))
+    with pool_for(ray_address) as pool:
+        res = run_recovery(model_file, info, cal, ev, spec, evaluation, out, memory, batch_size, names,
+                           inputs=[*inputs, engine_layers], command=command_line(ctx), pool=pool)
     click.echo(summary_line(res))
     click.echo(f"wrote {Path(out) / 'recover.md'}")

@@ -49,9 +49,13 @@ class Scorer:
     weights: object = None  # with `measure`: the ModelProto whose weights the variants carry (default: `model`),
     # or a function of the float layers giving it (a layer's INT8-only adjustments undone where it is in float)
     deadline: float | None = None  # time.monotonic() past which a new variant raises OutOfTime
+    pool: object = None  # a calib.scale pool: variants measured ahead (prefetch) run on its workers
 
     def __post_init__(self):
         self.sqnr_cache: dict = {}
+        self.ready: dict = {}  # key -> (value, sqnr, points) measured ahead by the pool, not yet asked for
+        self._shipped = None  # this scorer as the pool's workers see it (shared once)
+        self.threads = 0  # ONNX Runtime's threads per run (1 on a pool's worker)
         self.points: dict = {}  # with `measure`: every figure of each variant measured
         if self.measure is not None:
             self.outputs, self.ref = self.measure.outputs, self.measure.ref
@@ -102,33 +106,77 @@ class Scorer:
         return got
 
     def _outputs(self, q: onnx.ModelProto, optimize: bool = True) -> list[dict]:
-        run = OrtRunner(q, optimize=optimize)
+        run = OrtRunner(q, threads=self.threads, optimize=optimize)
         return [run.run(feed) for feed, _ in self.batches]
 
     @staticmethod
     def _key(float_layers, overrides) -> tuple:
         return frozenset(float_layers), tuple(sorted((overrides or {}).items()))
 
+    def _measured(self, key, overrides: dict | None) -> tuple[float, float, dict | None]:
+        """(metric, output SQNR, every figure or None) of one variant, measured here."""
+        amax = {**self.amax, **overrides} if overrides else self.amax
+        if self.measure is not None:
+            weights = self.weights(key[0]) if callable(self.weights) else self.weights
+            pts = self.measure.score(amax, key[0], weights)
+            return oriented(pts.get(self.metric), self.sign), oriented(pts.get("min_output_sqnr_db"), 1.0), pts
+        outs = self._outputs(insert_qdq(self.model, amax, Exclusions(tuple(sorted(key[0])))))
+        value = self._score(outs, self.metric)
+        return value, self._score(outs, "output_sqnr") if self.metric != "output_sqnr" else value, None
+
     def score(self, float_layers, overrides: dict | None = None) -> float:
         """The metric with `float_layers` kept in float and, per tensor, `overrides` replacing the base amax."""
         key = self._key(float_layers, overrides)
         if key not in self.cache and self.deadline is not None and time.monotonic() > self.deadline:
             raise OutOfTime()
-        if key not in self.cache and self.measure is not None:
-            amax = {**self.amax, **overrides} if overrides else self.amax
-            weights = self.weights(key[0]) if callable(self.weights) else self.weights
-            pts = self.points[key] = self.measure.score(amax, key[0], weights)
-            self.cache[key] = oriented(pts.get(self.metric), self.sign)
-            self.sqnr_cache[key] = oriented(pts.get("min_output_sqnr_db"), 1.0)
-            self.runs += 1
         if key not in self.cache:
-            amax = {**self.amax, **overrides} if overrides else self.amax
-            outs = self._outputs(insert_qdq(self.model, amax, Exclusions(tuple(sorted(key[0])))))
-            self.cache[key] = self._score(outs, self.metric)
-            self.sqnr_cache[key] = self._score(outs, "output_sqnr") if self.metric != "output_sqnr" else \
-                self.cache[key]
+            if key in self.ready:  # measured ahead on the pool: counted now, as if measured now
+                value, sq, pts = self.ready.pop(key)
+                if self.measure is not None:
+                    self.measure.count()
+            else:
+                value, sq, pts = self._measured(key, overrides)
+            if pts is not None:
+                self.points[key] = pts
+            self.cache[key], self.sqnr_cache[key] = value, sq
             self.runs += 1
         return self.cache[key]
+
+    @property
+    def width(self) -> int:
+        """Variants worth measuring at once: the pool's workers (1: one at a time, as asked)."""
+        return self.pool.size if self.pool is not None else 1
+
+    def prefetch(self, variants) -> None:
+        """Measure `variants` ((float layers, overrides) pairs) at once on the pool's workers, for score() to
+        take in whatever order it is asked; nothing without a pool of two or more, or past the deadline. What
+        is measured ahead and never asked for is neither kept nor counted: the results, the counts included,
+        are those of the one-at-a-time search."""
+        if self.width < 2 or (self.deadline is not None and time.monotonic() > self.deadline):
+            return
+        todo, seen = [], set()
+        for float_layers, overrides in variants:
+            key = self._key(float_layers, overrides)
+            if key not in self.cache and key not in self.ready and key not in seen:
+                seen.add(key)
+                todo.append((key, overrides))
+        if len(todo) < 2:
+            return
+        if self._shipped is None:
+            self._shipped = self.pool.share(self._portable())
+        for (key, _), got in zip(todo, self.pool.map(_measure_one, self._shipped, todo)):
+            self.ready[key] = got
+
+    def _portable(self) -> "Scorer":
+        """This scorer without its caches, pool and deadline: what a worker measures a variant with."""
+        import copy
+
+        out = copy.copy(self)
+        out.cache, out.sqnr_cache, out.points, out.ready = {}, {}, {}, {}
+        out.pool, out._shipped, out.deadline, out.threads = None, None, None, 1
+        if self.measure is not None:
+            out.measure = self.measure.portable()
+        return out
 
     def split(self) -> dict:
         """The metric and output SQNR with only the weights, then only the activations in INT8: which of the
@@ -149,6 +197,22 @@ class Scorer:
         return self.sqnr_cache[self._key(float_layers, overrides)]
 
 
+def _measure_one(scorer: Scorer, item) -> tuple:
+    """On a worker: one variant of `scorer` ((key, overrides) as Scorer.prefetch sends it)."""
+    key, overrides = item
+    return scorer._measured(key, overrides)
+
+
+def _variants(layers: list[str], names, both: bool) -> list:
+    """The variants rank() measures for `names`: each alone in float, and with `both` each alone in INT8."""
+    out = []
+    for name in names:
+        out.append(((name,), None))
+        if both:
+            out.append((tuple(n for n in layers if n != name), None))
+    return out
+
+
 def rank(scorer: Scorer, layers: list[str], both: bool = True, stop_at: float | None = None,
          by_sqnr: bool = False) -> list[dict]:
     """Per layer: the score with only this layer in float ('all but this' quantized) and, with `both`, the
@@ -161,11 +225,15 @@ def rank(scorer: Scorer, layers: list[str], both: bool = True, stop_at: float | 
     has fewer layers in float), and past the scorer's deadline it stops where it is; the layers not ranked
     follow in the order given, marked "ranked": False. `by_sqnr`: sorted by the output SQNR's gain first, a
     continuous figure, where the metric's gains are small against its noise (a coarse metric on few samples)."""
+    wave = 2 * scorer.width  # measured ahead on a pool, a few at a time (the ranking may stop early)
+    scorer.prefetch([((), None)] + _variants(layers, layers[:wave], both))
     base = scorer.score(())
     base_sqnr = scorer.sqnr(())
     rows = []
     with bar("sensitivity", total=len(layers) * (2 if both else 1), unit="variant") as pbar:
-        for name in layers:
+        for i, name in enumerate(layers):
+            if i % wave == 0 and i:
+                scorer.prefetch(_variants(layers, layers[i:i + wave], both))
             try:
                 row = {"layer": name, "all_but_this": scorer.score((name,))}
                 pbar.update(1)
@@ -234,9 +302,11 @@ def search(scorer: Scorer, ranking: list[dict], target: float, overrides: dict |
                     else:
                         lo = mid
                 k = hi
-        for extra in (1, 2, 4, 8, 16, 32) if chart else ():  # a few more points for the chart
-            if extra < len(order):
-                at(extra)
+        extras = [e for e in (1, 2, 4, 8, 16, 32) if e < len(order)] if chart else []
+        if getattr(scorer, "width", 1) > 1:  # an engine scorer measures one at a time
+            scorer.prefetch([(tuple(order[:e]), overrides) for e in extras if e not in curve])
+        for extra in extras:  # a few more points for the chart
+            at(extra)
     except OutOfTime:
         late = True
         meets = [j for j, v in curve.items() if v >= target]
@@ -271,6 +341,9 @@ def best_of(scorer: Scorer, candidates: dict, tensors, float_layers=()) -> dict:
     with bar("per-tensor algorithm", total=len(tensors), unit="tensor") as pbar:
         for t in tensors:
             pick = None
+            base = {k: v for k, (_, v) in chosen.items()}
+            scorer.prefetch([(float_layers, {**base, t: am[t]}) for am in candidates.values()
+                             if t in am and am[t] != scorer.amax.get(t) and not (t in chosen and am[t] == chosen[t][1])])
             for algo, am in candidates.items():
                 if t not in am or am[t] == scorer.amax.get(t) or (t in chosen and am[t] == chosen[t][1]):
                     continue

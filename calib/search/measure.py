@@ -49,6 +49,7 @@ class Measure:
                  precision=None, label: str = "evaluation data", hint: str = "--limit"):
         self.model, self.info, self.task, self.detection = initializers_not_inputs(model), info, task, detection
         self.hook, self.user, self.precision = hook, user, precision
+        self.threads = 0  # ONNX Runtime's threads per run (0: its default; 1 on a pool's worker, one CPU each)
         self.fixed = fixed_batch(info)
         self.step = self.fixed or max(1, micro)
         self.outputs = list(info.outputs)
@@ -86,7 +87,7 @@ class Measure:
 
     def run(self, proto: onnx.ModelProto, what: str = "variant") -> list[dict]:
         """The graph outputs of `proto` on every evaluation batch (canonical layout, samples first)."""
-        r = fed(OrtRunner(proto, spin=False, lean=True, label=what), self.info.layout)
+        r = fed(OrtRunner(proto, threads=self.threads, spin=False, lean=True, label=what), self.info.layout)
         out = []
         for b, _, _ in self.batches:
             parts = [r.run(c, self.outputs) for c in _chunks(b, self.step)]
@@ -107,6 +108,19 @@ class Measure:
         self.task = t.task  # a hook's first result decides it
         return t
 
+    def count(self, n: int = 1) -> None:
+        """Variants measured elsewhere (on a pool's workers, calib.scale) counted as measured here."""
+        self._runs[0] += n
+
+    def portable(self) -> Measure:
+        """This measure as a pool's worker runs it: one ONNX Runtime thread (the worker's CPU)."""
+        import copy
+
+        out = copy.copy(self)
+        out.threads = 1
+        out._runs = [0]
+        return out
+
     def points(self, outs: list[dict]) -> dict:
         self._runs[0] += 1
         return self.tally(outs).points("int8")
@@ -125,6 +139,12 @@ class Measure:
         if t.fp32_boxes() is not None:
             pts["fp32_boxes"] = t.fp32_boxes()
         return pts, t.figures("int8")
+
+
+def figures_of(measure: Measure, item) -> tuple[dict, dict]:
+    """On a pool's worker: Measure.figures of one (amax, float layers, model)."""
+    amax, float_layers, model = item
+    return measure.figures(amax, float_layers, model)
 
 
 def oriented(value, sign: float) -> float:

@@ -37,8 +37,10 @@ __all__ = ["Evaluation", "RecoverSpec", "Recovery", "recover"]
 
 class Recovery:
     def __init__(self, model_path, info: ModelInfo, calib_source, eval_source, spec: RecoverSpec,
-                 evaluation: Evaluation, memory: Budget | None = None, micro: int = 8, option_names=None):
+                 evaluation: Evaluation, memory: Budget | None = None, micro: int = 8, option_names=None,
+                 pool=None):
         self.model_path, self.info, self.spec, self.ev = Path(model_path), info, spec, evaluation
+        self.pool = pool  # a calib.scale pool: the statistics pass and the variants' measures on its workers
         self.calib_source, self.eval_source, self.memory = calib_source, eval_source, memory
         self.micro, self.option_names = micro, option_names
         self.steps: list[dict] = []
@@ -78,7 +80,7 @@ class Recovery:
         self.fixed = fixed_batch(self.info)
         info2, stats, samples, fp = collect(self.model_path, self.calib_source, label="calibration data",
                                             info=self.info, tensorrt_grid=needs_tensorrt_grid(algos),
-                                            budget=self.memory, option_names=self.option_names)
+                                            budget=self.memory, option_names=self.option_names, pool=self.pool)
         self.params = {"percentile": {"percentile": spec.percentile}}
         self.amaxes, _, _ = compute_all(stats, info2.activations, algos, self.params, model=self.model_path)
         self.samples, self.fingerprint, self.activations = samples, fp, info2.activations
@@ -119,7 +121,16 @@ class Recovery:
     def _algorithm(self, state: State, algos, first: dict) -> State:
         """All INT8 with each algorithm's scales: the best is the base (ties: the higher output SQNR)."""
         rows = {algos[0]: first}
+        if self.pool is not None and self.pool.size > 1 and len(algos) > 2 and not self.clock.out():
+            from calib.search.measure import figures_of
+
+            got = self.pool.map(figures_of, self.pool.share(self.measure.portable()),
+                                [(self.amaxes[a], (), state.model) for a in algos[1:]])
+            self.measure.count(len(got))
+            rows.update({a: self._row(*g) for a, g in zip(algos[1:], got)})
         for a in algos[1:]:
+            if a in rows:
+                continue
             if self.clock.out():
                 break
             rows[a] = self._measure(state, self.amaxes[a])
@@ -143,7 +154,7 @@ class Recovery:
     def _scorer(self, state: State, measure: Measure | None = None) -> Scorer:
         return Scorer(state.model, state.amax, [], self.key, measure=measure or self.measure, sign=self.sign,
                       fp32_value=oriented(self.fp32_value, self.sign), weights=state.weights_for,
-                      deadline=self.clock.deadline)
+                      deadline=self.clock.deadline, pool=self.pool)
 
     def _fallback(self, state: State, pm) -> tuple[list, dict, State]:
         from calib.deploy.precision import INT8
@@ -221,12 +232,15 @@ class Recovery:
 
 def recover(model_path, info: ModelInfo, calib_source, eval_source, spec: RecoverSpec, evaluation: Evaluation,
             out, memory: Budget | None = None, micro: int = 8, option_names=None, inputs=(),
-            command: str | None = None) -> dict:
-    """Run the recovery and publish its files into `out` as a whole; returns the result (recover.json's)."""
+            command: str | None = None, pool=None) -> dict:
+    """Run the recovery and publish its files into `out` as a whole; returns the result (recover.json's).
+    pool: a calib.scale pool whose workers run the statistics passes and measure the variants (the same
+    result as without)."""
     box: dict = {}
 
     def work(stage: Path) -> None:
-        r = Recovery(model_path, info, calib_source, eval_source, spec, evaluation, memory, micro, option_names)
+        r = Recovery(model_path, info, calib_source, eval_source, spec, evaluation, memory, micro, option_names,
+                     pool)
         res = r.run()
         box.update(write_outputs(stage, Path(out), res, r, command))
 

@@ -77,7 +77,7 @@ def recalibrated(r, model: onnx.ModelProto) -> dict:
         path.write_bytes(model.SerializeToString())
         info, stats, _, _ = collect(path, r.calib_source, label="calibration data", info=None,
                                     tensorrt_grid=needs_tensorrt_grid(list(r.amaxes)), budget=r.memory,
-                                    option_names=r.option_names)
+                                    option_names=r.option_names, pool=r.pool)
         amaxes, _, _ = compute_all(stats, info.activations, list(r.amaxes), r.params, model=path)
     return amaxes
 

@@ -109,9 +109,12 @@ def _engine_md(e: dict, spec, target: float) -> str:
     return "\n".join(lines) + "\n"
 
 
-def run_sensitivity(recipe: Recipe, out: str | Path | None = None, verbose: bool = False) -> Path:
+def run_sensitivity(recipe: Recipe, out: str | Path | None = None, verbose: bool = False, pool=None) -> Path:
+    """pool: a calib.scale pool whose workers run the statistics pass and measure the variants (the same
+    result as without)."""
     out = Path(out) if out else Path(recipe.output) / "sensitivity"
-    return staged(out, lambda stage: _sensitivity(recipe, stage, out), verbose, "sensitivity", input_paths(recipe))
+    return staged(out, lambda stage: _sensitivity(recipe, stage, out, pool), verbose, "sensitivity",
+                  input_paths(recipe))
 
 
 SEARCH_CACHE = "search-cache.json"
@@ -168,7 +171,7 @@ def _cached_search(out: Path, key: str) -> dict | None:
     return got
 
 
-def _sensitivity(recipe: Recipe, stage: Path, out: Path) -> None:
+def _sensitivity(recipe: Recipe, stage: Path, out: Path, pool=None) -> None:
     spec = recipe.sensitivity
     if spec.algorithm not in registry.names():  # before the pass, not after it
         raise CalibError(f"{recipe.source}: sensitivity.algorithm: unknown algorithm '{spec.algorithm}' "
@@ -197,7 +200,7 @@ def _sensitivity(recipe: Recipe, stage: Path, out: Path) -> None:
     info, stats, samples, calib_fp = collect(model_path, csrc, label=recipe.calibration_data.path, info=info,
                                              skip_nonfinite=recipe.calibration_data.skip_nonfinite,
                                              tensorrt_grid=needs_tensorrt_grid(algos), budget=memory,
-                                             allow_qdq=recipe.calibration.allow_qdq)
+                                             allow_qdq=recipe.calibration.allow_qdq, pool=pool)
     amaxes, _, _ = compute_all(stats, info.activations, algos,
                                {"percentile": {"percentile": recipe.calibration.percentile}}, model=model_path)
     amax = amaxes[spec.algorithm]
@@ -211,7 +214,7 @@ def _sensitivity(recipe: Recipe, stage: Path, out: Path) -> None:
         if n >= spec.samples:
             break
     model = initializers_not_inputs(onnx.load(str(model_path)))
-    scorer = Scorer(model, amax, batches, spec.metric, recipe.evaluation.detection, hook)
+    scorer = Scorer(model, amax, batches, spec.metric, recipe.evaluation.detection, hook, pool=pool)
     layers = quantizable_layers(model)
     target = budget_target(spec.metric, scorer.fp32_score, spec.max_drop, spec.min_sqnr_db)
     key = _search_key(recipe, info.sha256, calib_fp, batches)

@@ -153,18 +153,23 @@ class Histogram:
         a.max = max(a.max, b.max)
         a.count += b.count
         a.nonfinite += b.nonfinite
-        a.zeros += b.zeros
+        a.zeros = self.zeros + other.zeros
         a.trt = _merge_grids(self.trt, other.trt)
-        if a.first_absmax is None:
-            a.first_absmax, a.first_max = b.first_absmax, b.first_max
+        first = self if self.first_absmax is not None else other  # the collector that saw the first batch
+        a.first_absmax, a.first_max = first.first_absmax, first.first_max
         return a
 
 
 def _merge_grids(a: TrtGrid | None, b: TrtGrid | None) -> TrtGrid | None:
     """Two TensorRT grids summed when one width is a power-of-two multiple of the other (else None: the grids
     do not align, as when two workers saw different first batches)."""
-    if a is None or b is None or a.width is None or b.width is None:
-        return a if b is None else (b if a is None else None)
+    if a is None or b is None:
+        return a if b is None else b
+    if a.width is None or b.width is None:  # one saw only zeros so far: its counts are all in bin 0
+        some, zeros = (b, a) if a.width is None else (a, b)
+        out = TrtGrid(some.width, some.counts.copy(), some.lo, some.hi)
+        out.counts[0] += zeros.counts[0]
+        return out
     small, big = (a, b) if a.width <= b.width else (b, a)
     ratio = big.width / small.width
     if ratio != 2.0 ** round(math.log2(ratio)) or small.counts.size != big.counts.size:
@@ -295,7 +300,15 @@ class HistogramCollector:
         self.hists[name].trt = self.trt_pending.get(name)
 
     def merge(self, other: "HistogramCollector") -> "HistogramCollector":
-        out = HistogramCollector(self.nbins, signed=self.signed | other.signed)
+        """Both collectors' statistics, as one collector fed both's batches would hold them (`self` first: the
+        first batch's ranges are taken from the one that saw it). TensorRT's grids, the Relu/Clip outputs' ones
+        too, merge where they start from the same first batch (calib.calibrate.collect tells every shard)."""
+        out = HistogramCollector(self.nbins, signed=self.signed | other.signed, first=self.first and other.first,
+                                 trt_first={**other.trt_first, **self.trt_first},
+                                 trt_derived={**other.trt_derived, **self.trt_derived})
+        for name in set(self.trt_pending) | set(other.trt_pending):
+            a, b = self.trt_pending.get(name), other.trt_pending.get(name)
+            out.trt_pending[name] = _merge_grids(a, b)
         for name in set(self.hists) | set(other.hists):
             a, b = self.hists.get(name), other.hists.get(name)
             if a is not None and b is not None:
