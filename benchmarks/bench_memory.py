@@ -136,7 +136,8 @@ def model_rows(only: set | None) -> tuple[list[dict], list[str]]:
         rows = [memory_models.run(job, Path(__file__)) for job in memory_models.jobs(Path(tmp), only)]
         for r in rows:
             r["command"] = memory_models.shown(r["args"], Path(tmp))
-    lines = ["| model | step | estimate MB | peak RSS MB | estimate / peak | seconds |", "|---|---|---:|---:|---:|---:|"]
+    lines = ["| model | step | estimate MB | peak RSS MB | estimate / peak | seconds |",
+             "|---|---|---:|---:|---:|---:|"]
     for r in rows:
         est = f"{r['estimate'] / MB:.0f}" if r.get("estimate") else "-"
         ratio = f"{r['estimate'] / r['peak']:.2f}" if r.get("estimate") and r["peak"] else "-"

@@ -43,8 +43,8 @@ def worker(argv: list[str]) -> dict:
                 parts.append(record.parts)
 
     budget_log = logging.getLogger("calib.runners.budget")
-    budget_log.addHandler(Estimates(logging.INFO))
-    budget_log.setLevel(logging.INFO)
+    budget_log.addHandler(Estimates(logging.DEBUG))
+    budget_log.setLevel(logging.DEBUG)  # a refusal logs its estimate at debug
     t0 = time.perf_counter()
     code = 0
     try:

@@ -160,7 +160,8 @@ def test_a_per_layer_comparison_too_big_for_one_run_is_made_in_groups(tmp_path):
     _peak(*args, "--memory-budget", "8GB", "-o", tmp_path / "e8")
     small, roomy = (json.loads((tmp_path / d / "report.json").read_text()) for d in ("e", "e8"))
     assert small["evaluation"]["samples"] == 2
-    layers = [{d["tensor"]: d["sqnr_db"] for d in r["evaluation"]["configs"]["minmax"]["layers"]} for r in (small, roomy)]
+    layers = [{d["tensor"]: d["sqnr_db"] for d in r["evaluation"]["configs"]["minmax"]["layers"]}
+              for r in (small, roomy)]
     assert len(layers[0]) == 23 and layers[0] == layers[1]
     peak = _peak(*args, "--memory-budget", "1.2GB", "--no-layerwise", "-o", tmp_path / "o")
     assert peak <= 1.2 * GB, peak / MB

@@ -85,6 +85,7 @@ class Seen(logging.Handler):
         if hasattr(record, "estimate"):
             seen.append(record.estimate)
 logging.getLogger("calib.runners.budget").addHandler(Seen())
+logging.getLogger("calib.runners.budget").setLevel(logging.DEBUG)
 try:
     main(["--quiet", *sys.argv[1:]], standalone_mode=False)
 except SystemExit as exc:

@@ -84,8 +84,8 @@ class Simulator:
         self.outputs = list(info.outputs)
         parts = [list(g) for g in groups] if layerwise and groups and len(groups) > 1 else [expose]
         arena = len(parts) == 1  # groups return tensors of other sizes in turn: freed to the heap, not kept
-        self.ref = [fed(OrtRunner(proto, expose=g, spin=False, lean=True, label=str(model_path), arena=arena), info.layout)
-                    for g in parts]
+        self.ref = [fed(OrtRunner(proto, expose=g, spin=False, lean=True, label=str(model_path), arena=arena),
+                        info.layout) for g in parts]
         release()  # each session's set-up copies (model bytes, parsed graph) back before the next one
         self.tests = {}
         exclude, precision = exclude or {}, precision or {}

@@ -97,7 +97,9 @@ def plan(budget: Budget, cost: Cost, per_sample: int, weights: int, input_bytes:
     room = max(1, (budget.limit - held) // max(1, per_sample))
     run = fixed or max(1, min(room, batch))
     estimate = held + per_sample * run
-    log.info("%s: estimated peak %s (%s held, %s of activations per sample%s)", what, size_text(estimate),
+    fits = estimate <= budget.limit  # else the refusal says what one needs: this line for tools only (debug)
+    log.log(logging.INFO if fits else logging.DEBUG,
+            "%s: estimated peak %s (%s held, %s of activations per sample%s)", what, size_text(estimate),
              size_text(held), size_text(per_sample), f", {len(groups)} groups of tensors" if groups else "",
              extra={"estimate": estimate, "parts": {"now": held_now() if now is None else now, "held": held,
                                                     "per_sample": per_sample, "run": run,
