@@ -225,3 +225,44 @@ output: out
     (out / "search-cache.json").unlink()
     assert run().exit_code == 0 and len(calls) == 4
     assert json.loads((out / "search-cache.json").read_text())["ranking"] == again["ranking"]
+
+
+class _Needs:
+    """A scorer whose target is met exactly when every layer of `needed` is in float; counts what it measures."""
+
+    def __init__(self, needed, late_after=None):
+        self.needed, self.late_after, self.calls, self.seen = set(needed), late_after, 0, {}
+
+    def score(self, layers, overrides=None):
+        from calib.search.fallback import OutOfTime
+
+        key = frozenset(layers)
+        if key not in self.seen:
+            if self.late_after is not None and self.calls >= self.late_after:
+                raise OutOfTime()
+            self.calls += 1
+            self.seen[key] = 1.0 if self.needed <= key else 0.0
+        return self.seen[key]
+
+
+def test_prune_gives_back_every_layer_the_target_does_not_need():
+    from calib.search.fallback import prune
+
+    layers = [f"L{i}" for i in range(40)]
+    s = _Needs({"L3", "L17"})
+    got = prune(s, layers, 1.0)
+    assert sorted(got["float_layers"]) == ["L17", "L3"] and got["pruned"] == 38 and not got["out_of_time"]
+    assert s.calls < 40  # blocks, not one layer at a time
+    assert prune(_Needs(layers), layers, 1.0)["float_layers"] == layers  # each one needed: all kept
+
+
+def test_prune_out_of_time_answers_with_a_measured_set_that_meets():
+    from calib.search.fallback import prune
+
+    layers = [f"L{i}" for i in range(16)]
+    s = _Needs({"L0", "L9"}, late_after=0)
+    s.seen[frozenset(layers)] = 1.0  # the search measured the whole prefix
+    s.late_after = 3
+    got = prune(s, layers, 1.0)
+    assert got["out_of_time"] and got["score"] == 1.0
+    assert {"L0", "L9"} <= set(got["float_layers"]) and len(got["float_layers"]) < 16

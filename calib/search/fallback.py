@@ -246,6 +246,36 @@ def search(scorer: Scorer, ranking: list[dict], target: float, overrides: dict |
             "int8_score": at(0), "curve": sorted(curve.items()), "variants_run": scorer.runs}
 
 
+def prune(scorer: Scorer, float_layers: list[str], target: float, overrides: dict | None = None) -> dict:
+    """`float_layers` (a set that reaches `target`) with every layer the target does not need given back to INT8:
+    the layers tried last-ranked first, a block at a time (the whole block back in INT8 where the rest still reaches
+    the target, else its halves), so that a prefix of a ranking the metric cannot order well (errors spread over
+    many layers, a coarse figure) loses what it took in by position only. Every set kept was measured to reach the
+    target; past the scorer's deadline it answers with the smallest so far ("out_of_time")."""
+    keep = list(float_layers)
+    late = False
+
+    def meets(layers) -> bool:
+        return scorer.score(tuple(layers), overrides) >= target
+
+    def drop(block: list[str]) -> None:
+        nonlocal keep
+        rest = [n for n in keep if n not in block]
+        if meets(rest):
+            keep = rest
+        elif len(block) > 1:
+            half = len(block) // 2
+            drop(block[:half])
+            drop(block[half:])
+
+    try:
+        drop(keep[::-1])
+    except OutOfTime:
+        late = True
+    return {"float_layers": keep, "score": scorer.score(tuple(keep), overrides), "out_of_time": late,
+            "pruned": len(float_layers) - len(keep)}
+
+
 def layer_inputs(model: onnx.ModelProto, layers) -> list[str]:
     """The quantized activation tensors feeding `layers` (node names or first outputs), in the order given."""
     want = list(layers)

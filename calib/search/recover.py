@@ -24,7 +24,7 @@ from calib.quantize.opset import at_qdq_opset
 from calib.quantize.qdq import quantizable_layers
 from calib.quantize.shapes import fixed_batch
 from calib.search import target as tg
-from calib.search.fallback import OutOfTime, Scorer, best_of, layer_inputs, rank, search
+from calib.search.fallback import OutOfTime, Scorer, best_of, layer_inputs, prune, rank, search
 from calib.search.macs import int8_share, layer_macs
 from calib.search.measure import Measure, oriented
 from calib.search.recover_out import write_outputs
@@ -164,6 +164,11 @@ class Recovery:
         if self.met(state):
             return ranking, None, state
         found = search(scorer, ranking, self.goal, overrides, chart=False)
+        pruned = 0
+        if found["met"] and len(found["float_layers"]) > 1:  # the layers the target does not need back in INT8
+            p = prune(scorer, found["float_layers"], self.goal, overrides)
+            found.update(float_layers=p["float_layers"], out_of_time=found["out_of_time"] or p["out_of_time"])
+            pruned = p["pruned"]
         order = [r["layer"] for r in ranking]
         self.curve = [{"float_layers": k, "value": self.sign * v if v > float("-inf") else None,
                        "int8_macs_share": int8_share(self.macs, order[:k])} for k, v in found["curve"]]
@@ -172,10 +177,12 @@ class Recovery:
                                   sqnr=got["sqnr"])
         k = len(found["float_layers"])
         self._step(f"fallback: {k} layer{'s' if k != 1 else ''} in float", got, state, True,
-                   "the fewest layers of the ranking in float that meet the target" if found["met"] else
+                   "the fewest layers of the ranking in float that meet the target"
+                   + (f", then {pruned} of them given back to INT8 (the target met without them)" if pruned else "")
+                   if found["met"] else
                    "the target is not met" + (" (time budget spent: the best so far)" if found["out_of_time"]
                                               else " even with every ranked layer in float"),
-                   float_layers=len(found["float_layers"]), variants=scorer.runs)
+                   float_layers=len(found["float_layers"]), pruned=pruned, variants=scorer.runs)
         return ranking, found, new
 
     def _per_tensor(self, state: State, scorer: Scorer, ranking) -> tuple[State, dict | None]:
