@@ -91,6 +91,16 @@ def bench(name: str, work: Path) -> Bench:
     return Bench(name, (ROOT / "recipes" / recipe, *extra), *metric)
 
 
+def model_file(name: str) -> Path:
+    from calib.zoo import registry, thirdparty
+
+    if name in THIRDPARTY:
+        return thirdparty.fetch(name)
+    if name == "mobilenet_v2":
+        return ROOT / "tests/golden/trt86-h200/mobilenet_v2/mobilenet_v2_imagenet.onnx"
+    return registry.fetch(name)
+
+
 def timed(cmd: list, cap: float | None = None, log: Path | None = None) -> dict:
     """`cmd` under /usr/bin/time -v: wall seconds, peak RSS, exit code; killed (its whole group) past `cap`."""
     cmd = [str(c) for c in cmd]
@@ -269,8 +279,17 @@ def main() -> None:
     ap.add_argument("--time-budget", default="15m")
     ap.add_argument("--nncf-cap", type=float, default=1200)
     ap.add_argument("--work", type=Path, help="work folder (default: a temporary one)")
+    ap.add_argument("--table", action="store_true", help="only write the table again from the JSON")
     a = ap.parse_args()
     results = json.loads(JSON.read_text()) if JSON.is_file() else {}
+    if a.table:
+        for name, row in results.items():
+            c = row.get("calib", {})
+            if "float_names" in c and "float_weighted" not in c:
+                c["float_weighted"] = weighted(str(model_file(name)), c["float_names"])
+        _write(JSON, json.dumps(results, indent=1, default=str))
+        _write(MD, table(results, a.time_budget, a.nncf_cap))
+        return
     work = a.work or Path(tempfile.mkdtemp(prefix="bench-recover-"))
     nncf_models = (a.nncf_models or a.models).split(",")
     for name in [m for m in ORDER if m in a.models.split(",")]:

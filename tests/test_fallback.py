@@ -266,3 +266,32 @@ def test_prune_out_of_time_answers_with_a_measured_set_that_meets():
     got = prune(s, layers, 1.0)
     assert got["out_of_time"] and got["score"] == 1.0
     assert {"L0", "L9"} <= set(got["float_layers"]) and len(got["float_layers"]) < 16
+
+
+class _Noisy:
+    """A scorer where each layer in INT8 adds its own output noise: the SQNR is that of the noises added up."""
+
+    def __init__(self, noise: dict):
+        self.noise, self.fp32_score, self.runs = noise, float("inf"), 0
+
+    def _db(self, float_layers):
+        import math
+
+        total = sum(v for n, v in self.noise.items() if n not in set(float_layers))
+        return math.inf if total == 0 else -10 * math.log10(total)
+
+    def score(self, layers, overrides=None):
+        return self._db(layers)
+
+    def sqnr(self, layers, overrides=None):
+        return self._db(layers)
+
+
+def test_rank_by_noise_gives_back_the_noisiest_layers_first():
+    from calib.search.fallback import rank_by_noise, search
+
+    noise = {"a": 1e-4, "b": 3e-2, "c": 1e-5, "d": 2e-3, "e": 5e-2}
+    ranking = rank_by_noise(_Noisy(noise), list(noise))
+    assert [r["layer"] for r in ranking] == ["e", "b", "d", "a", "c"]
+    found = search(_Noisy(noise), ranking, 25.0, chart=False)  # 25 dB: noise at most 3.2e-3 in all
+    assert found["float_layers"] == ["e", "b"]

@@ -24,7 +24,7 @@ from calib.quantize.opset import at_qdq_opset
 from calib.quantize.qdq import quantizable_layers
 from calib.quantize.shapes import fixed_batch
 from calib.search import target as tg
-from calib.search.fallback import OutOfTime, Scorer, best_of, layer_inputs, prune, rank, search
+from calib.search.fallback import OutOfTime, Scorer, best_of, layer_inputs, prune, rank, rank_by_noise, search
 from calib.search.macs import int8_share, layer_macs
 from calib.search.measure import Measure, oriented
 from calib.search.recover_out import write_outputs
@@ -155,9 +155,13 @@ class Recovery:
         sub = self.measure.head(self.spec.rank_samples) if self.spec.rank_samples else self.measure
         whole = sub.samples >= self.measure.samples
         ranker = scorer if whole else self._scorer(state, sub)  # a subset ranks; the whole set decides
-        ranking = rank(ranker, layers, both=False, stop_at=self.goal if whole else None,
-                       by_sqnr=self.spec.rank_by == "sqnr") \
-            if not self.clock.out() else [{"layer": n, "ranked": False} for n in layers]
+        if self.clock.out():
+            ranking = [{"layer": n, "ranked": False} for n in layers]
+        elif self.spec.rank_by == "noise":
+            ranking = rank_by_noise(ranker, layers)
+        else:
+            ranking = rank(ranker, layers, both=False, stop_at=self.goal if whole else None,
+                           by_sqnr=self.spec.rank_by == "sqnr")
         self.ranked_on = sub.samples
         if "per_tensor" in self.spec.steps and len(self.amaxes) > 1 and not self.clock.out():
             state, overrides = self._per_tensor(state, ranker, ranking)  # chosen on the subset, judged on all

@@ -22,7 +22,8 @@ class RecoverSpec:
     steps: tuple = STEPS  # the in-INT8 steps to try, in this order
     per_tensor_layers: int = 8  # the most sensitive layers whose inputs try the other algorithms' scales
     rank_samples: int | None = 16  # held-out samples the layer ranking is measured on (None: all of them)
-    rank_by: str = "metric"  # metric | sqnr: what orders the layers (sqnr: the outputs' SQNR gain first)
+    rank_by: str = "noise"  # noise | metric | sqnr: what orders the layers (sqnr: the outputs' SQNR gain first;
+    # noise: the noise each layer adds alone in INT8)
     precision: str = "fp16"  # what the fallback keeps layers in
     deploy: str = "implicit"  # the build simulated: implicit (the cache) or qdq
     engine_layers: str | None = None
