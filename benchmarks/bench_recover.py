@@ -142,7 +142,9 @@ def run_calib(b: Bench, work: Path, budget: str) -> dict:
     target = f"{b.metric.removesuffix('_vs_fp32')}>={b.threshold}"
     cmd = [sys.executable, "-m", "calib", "recover", *b.args, "--target", target, "--time-budget", budget,
            "-o", out]
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT)
     r = timed(cmd, log=work / b.name / "calib.log")
+    r["commit"] = head.stdout.strip() or None
     r["command"] = _short(shlex.join(["calib", *[str(c) for c in cmd[3:-2]], "-o", "recovered"]), work)
     if r["rc"] != 0 or not (out / "recover.json").is_file():
         return r
@@ -283,6 +285,8 @@ def main() -> None:
     a = ap.parse_args()
     results = json.loads(JSON.read_text()) if JSON.is_file() else {}
     if a.table:
+        for f in sorted(a.work.glob("*/nncf_row.json")) if a.work else ():
+            results.setdefault(f.parent.name, {})["nncf"] = json.loads(f.read_text())
         for name, row in results.items():
             c = row.get("calib", {})
             if "float_names" in c and "float_weighted" not in c:
@@ -295,7 +299,7 @@ def main() -> None:
     for name in [m for m in ORDER if m in a.models.split(",")]:
         b = bench(name, work)
         (work / name).mkdir(parents=True, exist_ok=True)
-        row = results.setdefault(name, {})
+        row = {}
         row["target"] = f"{b.metric} >= {b.threshold}"
         if not a.no_calib:
             row["calib"] = run_calib(b, work, a.time_budget)
@@ -303,8 +307,12 @@ def main() -> None:
                                                                             "seconds", "rc")}), flush=True)
         if a.nncf_python and name in nncf_models:
             row["nncf"] = run_nncf(b, work, a.nncf_python, a.nncf_cap)
+            _write(work / name / "nncf_row.json", json.dumps(row["nncf"], default=str))
             print(name, "nncf", json.dumps({k: row["nncf"].get(k) for k in ("value", "float_layers", "seconds",
                                                                            "rc")}), flush=True)
+        on_disk = json.loads(JSON.read_text()) if JSON.is_file() else {}  # another run may have written since
+        on_disk.setdefault(name, {}).update(row)
+        results = on_disk
         _write(JSON, json.dumps(results, indent=1, default=str))
         _write(MD, table(results, a.time_budget, a.nncf_cap))
 
