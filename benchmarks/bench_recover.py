@@ -60,9 +60,10 @@ def _mtcnn_photos(work: Path) -> Path:
 
     folder = work / "photos_crops_transposed"
     if not folder.is_dir():
-        folder.mkdir(parents=True)
-        for f in sorted((ROOT / "datasets" / "photos_crops").iterdir()):
-            Image.open(f).transpose(Image.Transpose.TRANSPOSE).save(folder / f.name, quality=95)
+        tmp = Path(tempfile.mkdtemp(dir=work))
+        for f in sorted((ROOT / "datasets" / "photos_crops").glob("*.jpg")):
+            Image.open(f).transpose(Image.Transpose.TRANSPOSE).save(tmp / f.name, quality=95)
+        tmp.rename(folder)
     return folder
 
 
