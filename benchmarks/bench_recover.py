@@ -247,12 +247,12 @@ def table(results: dict, budget: str, cap: float) -> str:
             nq, nv = _f(n.get("quantize")), _f(n.get("value"))
             nl = (f"{n['float_layers']} ({n.get('ops_reverted') or '-'})" if "float_layers" in n else
                   f"- ({n.get('reverted_ops_logged', 0)} ops reverted when cut off)")
-            nt = f"{n['seconds'] / 60:.1f} min ({n['load_before']:.1f})" + (" (cap)" if n["capped"] else "")
+            nt = f"{n['seconds'] / 60:.1f} min ({n['load_before']:.1f})" + (f" (cut off at {n['cap_s'] / 60:.0f} min)" if n["capped"] else "")
             nv += "" if n.get("met") else " (not met)"
         else:
             nq = nv = nl = nt = "not run"
         vs = versus(c, n)
-        if c.get("met") and vs.startswith(("fewer", "as many", "NNCF does not")):
+        if c.get("met") and vs.startswith(("fewer", "as many", "NNCF does not")) and c["seconds"] < 900:
             done.append(name)
         lines.append(f"| {name} | {r['target']} | {_f(best)} ({c['algorithm']}) | {_steps(c)} | {fb} | {met} | "
                      f"{c['float_layers']} ({c.get('float_weighted', '-')}) | {share} | {c['seconds'] / 60:.1f} min ({c['load_before']:.1f}) | "
@@ -283,6 +283,8 @@ def versus(c: dict, n: dict | None) -> str:
         return "NNCF does not meet it" + (" (cut off)" if n.get("capped") else "")
     if not c.get("met") or c.get("float_weighted") is None:
         return "-"
+    if c["float_weighted"] == 0:
+        return "as many or fewer (none in float)"
     d = c["float_weighted"] - n["float_layers"]
     return "fewer" if d < 0 else "as many" if d == 0 else "more"
 

@@ -100,6 +100,7 @@ class Recovery:
         if spec.time_budget is not None and self.clock.elapsed() > spec.time_budget:
             raise CalibError(f"--time-budget: {spec.time_budget:g} s is too small: the calibration pass and one "
                              f"evaluation took {self.clock.elapsed():.0f} s (one evaluation {one:.1f} s)")
+        self.clock.keep(2 * one + 5)  # the last measurement and the writing, within the budget
         self.key = tg.resolve(spec.target, pts, primary_metric(self.measure.task, self.measure.outputs))
         self.sign = tg.sign(self.key)
         thr = tg.threshold(spec.target, self.key, pts, self.measure.samples, pts.get("fp32_boxes"))
