@@ -318,6 +318,7 @@ def main() -> None:
         _write(MD, table(results, a.time_budget, a.nncf_cap))
         return
     work = a.work or Path(tempfile.mkdtemp(prefix="bench-recover-"))
+    work.mkdir(parents=True, exist_ok=True)
     nncf_models = (a.nncf_models or a.models).split(",")
     for name in [m for m in ORDER if m in a.models.split(",")]:
         b = bench(name, work)
