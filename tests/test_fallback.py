@@ -295,3 +295,22 @@ def test_rank_by_noise_gives_back_the_noisiest_layers_first():
     assert [r["layer"] for r in ranking] == ["e", "b", "d", "a", "c"]
     found = search(_Noisy(noise), ranking, 25.0, chart=False)  # 25 dB: noise at most 3.2e-3 in all
     assert found["float_layers"] == ["e", "b"]
+
+
+def test_search_past_the_deadline_before_its_first_variant_answers_unmet():
+    from calib.search.fallback import search
+
+    s = _Needs({"L0"}, late_after=0)
+    s.fp32_score, s.runs = 1.0, 0
+    found = search(s, [{"layer": "L0"}, {"layer": "L1"}], 1.0, overrides={"t": 1.0}, chart=False)
+    assert found["out_of_time"] and not found["met"] and found["float_layers"] == []
+
+
+def test_rank_by_noise_stops_at_its_time_and_keeps_the_rest_unranked():
+    import time
+
+    from calib.search.fallback import rank_by_noise
+
+    noise = {"a": 1e-4, "b": 3e-2}
+    ranking = rank_by_noise(_Noisy(noise), list(noise), stop_by=time.monotonic() - 1)
+    assert ranking == [{"layer": "a", "ranked": False}, {"layer": "b", "ranked": False}]

@@ -149,16 +149,20 @@ class Scorer:
         return self.sqnr_cache[self._key(float_layers, overrides)]
 
 
-def rank_by_noise(scorer: Scorer, layers: list[str]) -> list[dict]:
+def rank_by_noise(scorer: Scorer, layers: list[str], stop_by: float | None = None) -> list[dict]:
     """Per layer: the model with only this layer in INT8 (every other in float), its output SQNR and target
     figure; sorted by the noise the layer adds alone, largest first (lowest SQNR, then lowest figure). Where the
     INT8 error is spread over many layers, the noises roughly add up, so the layers that add the most are the
     ones to give back first; a layer's gain with it alone in float measures it against everyone else's noise
     and is mostly noise itself (ppocr-cls: 73 layers of such a ranking in float to meet a target, 28 needed).
-    Past the scorer's deadline the ranking stops where it is; the layers not ranked follow, "ranked": False."""
+    Past the scorer's deadline, or `stop_by` (time.monotonic()), the ranking stops where it is; the layers not
+    ranked follow, "ranked": False."""
     rows = []
     with bar("sensitivity (each layer alone in INT8)", total=len(layers), unit="variant") as pbar:
         for name in layers:
+            if stop_by is not None and time.monotonic() > stop_by:
+                log.warning("ranking stopped at half the time left, after %d of %d layers", len(rows), len(layers))
+                break
             others = tuple(n for n in layers if n != name)
             try:
                 row = {"layer": name, "only_this": scorer.score(others), "only_this_sqnr_db": scorer.sqnr(others)}
@@ -229,7 +233,12 @@ def search(scorer: Scorer, ranking: list[dict], target: float, overrides: dict |
     the scorer's deadline: the best measured so far (the fewest layers that reach the target, else the highest
     score), with "out_of_time". `chart`: a few more points of the curve (1, 2, 4, ... layers) for a chart."""
     order = [r["layer"] for r in ranking]
-    curve = {0: scorer.score((), overrides)}
+    try:
+        curve = {0: scorer.score((), overrides)}
+    except OutOfTime:  # not even the starting point measured with these overrides: nothing to answer with
+        return {"float_layers": [], "score": -math.inf, "met": False, "target": target,
+                "fp32_score": scorer.fp32_score, "out_of_time": True, "int8_score": -math.inf, "curve": [],
+                "variants_run": scorer.runs}
 
     def at(k: int) -> float:
         if k not in curve:

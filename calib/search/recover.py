@@ -32,6 +32,7 @@ from calib.search.recover_state import Clock, Evaluation, RecoverSpec, State
 from calib.search.recover_steps import in_int8
 
 log = logging.getLogger(__name__)
+NOISE_SAMPLES = 4  # held-out samples a ranking by output noise is measured on (of the --rank-samples)
 __all__ = ["Evaluation", "RecoverSpec", "Recovery", "recover"]
 
 
@@ -158,12 +159,14 @@ class Recovery:
         ranker = scorer if whole else self._scorer(state, sub)  # a subset ranks; the whole set decides
         if self.clock.out():
             ranking = [{"layer": n, "ranked": False} for n in layers]
-        elif self.spec.rank_by == "noise":
-            ranking = rank_by_noise(ranker, layers)
+        elif self.spec.rank_by == "noise":  # a continuous figure: a few samples tell each layer's noise
+            few = self.measure.head(min(NOISE_SAMPLES, sub.samples))
+            ranking = rank_by_noise(self._scorer(state, few), layers, stop_by=self._half_left())
+            self.ranked_on = few.samples
         else:
             ranking = rank(ranker, layers, both=False, stop_at=self.goal if whole else None,
                            by_sqnr=self.spec.rank_by == "sqnr")
-        self.ranked_on = sub.samples
+        self.ranked_on = self.ranked_on or sub.samples
         if "per_tensor" in self.spec.steps and len(self.amaxes) > 1 and not self.clock.out():
             state, overrides = self._per_tensor(state, ranker, ranking)  # chosen on the subset, judged on all
         if self.met(state):
@@ -189,6 +192,13 @@ class Recovery:
                                               else " even with every ranked layer in float"),
                    float_layers=len(found["float_layers"]), pruned=pruned, variants=scorer.runs)
         return ranking, found, new
+
+    def _half_left(self) -> float | None:
+        """When half the time left is spent: a ranking stops there, leaving the rest to the search."""
+        if self.clock.deadline is None:
+            return None
+        now = time.monotonic()
+        return now + (self.clock.deadline - now) / 2
 
     def _per_tensor(self, state: State, scorer: Scorer, ranking) -> tuple[State, dict | None]:
         top = [r["layer"] for r in ranking if r.get("ranked", True)][:self.spec.per_tensor_layers]
