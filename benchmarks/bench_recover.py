@@ -266,10 +266,11 @@ def table(results: dict, budget: str, cap: float) -> str:
               f"NNCF not meeting it): {len(done)} of {len(ORDER)} ({', '.join(done) or 'none'}).", ""]
     if missing:
         lines += [f"Not run yet: {', '.join(missing)}.", ""]
-    lines += ["## Commands", ""]
+    lines += ["## Commands (and the commit of calib each row ran)", ""]
     for name in ORDER:
         if name in results and "calib" in results[name]:
-            lines.append(f"- {name}: `{results[name]['calib'].get('command', '')}`")
+            c = results[name]["calib"]
+            lines.append(f"- {name} ({c.get('commit') or 'commit not recorded'}): `{c.get('command', '')}`")
     return "\n".join(lines) + "\n"
 
 
