@@ -393,3 +393,14 @@ def test_the_search_stops_early_enough_for_the_last_measurement_and_the_files():
     unbounded = Clock(None)
     unbounded.keep(30.0)
     assert unbounded.deadline is None and not unbounded.out()
+
+
+def test_a_share_of_the_time_left():
+    import time
+
+    from calib.search.recover_state import Clock
+
+    c = Clock(100.0)
+    t = c.share(0.25)
+    assert abs(t - (time.monotonic() + 0.25 * (c.deadline - time.monotonic()))) < 0.05
+    assert Clock(None).share(0.25) is None

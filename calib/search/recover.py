@@ -161,7 +161,9 @@ class Recovery:
             ranking = [{"layer": n, "ranked": False} for n in layers]
         elif self.spec.rank_by == "noise":  # a continuous figure: a few samples tell each layer's noise
             few = self.measure.head(min(NOISE_SAMPLES, sub.samples))
-            ranking = rank_by_noise(self._scorer(state, few), layers, stop_by=self._half_left())
+            ranking = rank_by_noise(self._scorer(state, few), layers, stop_by=self.clock.share(0.5))
+            if ranker is not scorer:  # the per-tensor choice on the subset: leaves the search its time
+                ranker.deadline = self.clock.share(0.25)
             self.ranked_on = few.samples
         else:
             ranking = rank(ranker, layers, both=False, stop_at=self.goal if whole else None,
@@ -192,13 +194,6 @@ class Recovery:
                                               else " even with every ranked layer in float"),
                    float_layers=len(found["float_layers"]), pruned=pruned, variants=scorer.runs)
         return ranking, found, new
-
-    def _half_left(self) -> float | None:
-        """When half the time left is spent: a ranking stops there, leaving the rest to the search."""
-        if self.clock.deadline is None:
-            return None
-        now = time.monotonic()
-        return now + (self.clock.deadline - now) / 2
 
     def _per_tensor(self, state: State, scorer: Scorer, ranking) -> tuple[State, dict | None]:
         top = [r["layer"] for r in ranking if r.get("ranked", True)][:self.spec.per_tensor_layers]

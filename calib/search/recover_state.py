@@ -82,6 +82,13 @@ class Clock:
     def out(self) -> bool:
         return self.deadline is not None and time.monotonic() > self.deadline
 
+    def share(self, fraction: float) -> float | None:
+        """The time.monotonic() at which `fraction` of the time left now is spent (None: no budget)."""
+        if self.deadline is None:
+            return None
+        now = time.monotonic()
+        return now + fraction * max(self.deadline - now, 0.0)
+
     def keep(self, seconds: float) -> None:
         """Stop searching `seconds` before the budget ends: what follows the search (the chosen configuration
         measured on every held-out sample, the files written) fits within it too."""
