@@ -50,13 +50,12 @@ def inputs(args: list):
 
 
 def singles(batches: list, fixed) -> list:
-    """Batches cut to one sample each (a fixed-batch model's stay whole)."""
-    if fixed:
-        return batches
-    out = []
+    """Batches cut to one sample each (to the model's fixed batch, if it has one: a remainder is left out)."""
+    step, out = fixed or 1, []
     for b, s, m in batches:
         n = int(next(iter(b.values())).shape[0])
-        out += [({k: v[i:i + 1] for k, v in b.items()}, s[i:i + 1], m[i:i + 1]) for i in range(n)]
+        out += [({k: v[i:i + step] for k, v in b.items()}, s[i:i + step], m[i:i + step])
+                for i in range(0, n - step + 1, step)]
     return out
 
 
