@@ -315,6 +315,8 @@ def main() -> None:
             c = row.get("calib", {})
             if "float_names" in c and "float_weighted" not in c:
                 c["float_weighted"] = weighted(str(model_file(name)), c["float_names"])
+            for part in (c, row.get("nncf") or {}):  # no folder of this machine in what is published
+                part["stderr_tail"] = [_short(t, a.work or ROOT) for t in part.get("stderr_tail", [])]
         _write(JSON, json.dumps(results, indent=1, default=str))
         _write(MD, table(results, a.time_budget, a.nncf_cap))
         return
