@@ -225,3 +225,92 @@ output: out
     (out / "search-cache.json").unlink()
     assert run().exit_code == 0 and len(calls) == 4
     assert json.loads((out / "search-cache.json").read_text())["ranking"] == again["ranking"]
+
+
+class _Needs:
+    """A scorer whose target is met exactly when every layer of `needed` is in float; counts what it measures."""
+
+    def __init__(self, needed, late_after=None):
+        self.needed, self.late_after, self.calls, self.seen = set(needed), late_after, 0, {}
+
+    def score(self, layers, overrides=None):
+        from calib.search.fallback import OutOfTime
+
+        key = frozenset(layers)
+        if key not in self.seen:
+            if self.late_after is not None and self.calls >= self.late_after:
+                raise OutOfTime()
+            self.calls += 1
+            self.seen[key] = 1.0 if self.needed <= key else 0.0
+        return self.seen[key]
+
+
+def test_prune_gives_back_every_layer_the_target_does_not_need():
+    from calib.search.fallback import prune
+
+    layers = [f"L{i}" for i in range(40)]
+    s = _Needs({"L3", "L17"})
+    got = prune(s, layers, 1.0)
+    assert sorted(got["float_layers"]) == ["L17", "L3"] and got["pruned"] == 38 and not got["out_of_time"]
+    assert s.calls < 40  # blocks, not one layer at a time
+    assert prune(_Needs(layers), layers, 1.0)["float_layers"] == layers  # each one needed: all kept
+
+
+def test_prune_out_of_time_answers_with_a_measured_set_that_meets():
+    from calib.search.fallback import prune
+
+    layers = [f"L{i}" for i in range(16)]
+    s = _Needs({"L0", "L9"}, late_after=0)
+    s.seen[frozenset(layers)] = 1.0  # the search measured the whole prefix
+    s.late_after = 3
+    got = prune(s, layers, 1.0)
+    assert got["out_of_time"] and got["score"] == 1.0
+    assert {"L0", "L9"} <= set(got["float_layers"]) and len(got["float_layers"]) < 16
+
+
+class _Noisy:
+    """A scorer where each layer in INT8 adds its own output noise: the SQNR is that of the noises added up."""
+
+    def __init__(self, noise: dict):
+        self.noise, self.fp32_score, self.runs = noise, float("inf"), 0
+
+    def _db(self, float_layers):
+        import math
+
+        total = sum(v for n, v in self.noise.items() if n not in set(float_layers))
+        return math.inf if total == 0 else -10 * math.log10(total)
+
+    def score(self, layers, overrides=None):
+        return self._db(layers)
+
+    def sqnr(self, layers, overrides=None):
+        return self._db(layers)
+
+
+def test_rank_by_noise_gives_back_the_noisiest_layers_first():
+    from calib.search.fallback import rank_by_noise, search
+
+    noise = {"a": 1e-4, "b": 3e-2, "c": 1e-5, "d": 2e-3, "e": 5e-2}
+    ranking = rank_by_noise(_Noisy(noise), list(noise))
+    assert [r["layer"] for r in ranking] == ["e", "b", "d", "a", "c"]
+    found = search(_Noisy(noise), ranking, 25.0, chart=False)  # 25 dB: noise at most 3.2e-3 in all
+    assert found["float_layers"] == ["e", "b"]
+
+
+def test_search_past_the_deadline_before_its_first_variant_answers_unmet():
+    from calib.search.fallback import search
+
+    s = _Needs({"L0"}, late_after=0)
+    s.fp32_score, s.runs = 1.0, 0
+    found = search(s, [{"layer": "L0"}, {"layer": "L1"}], 1.0, overrides={"t": 1.0}, chart=False)
+    assert found["out_of_time"] and not found["met"] and found["float_layers"] == []
+
+
+def test_rank_by_noise_stops_at_its_time_and_keeps_the_rest_unranked():
+    import time
+
+    from calib.search.fallback import rank_by_noise
+
+    noise = {"a": 1e-4, "b": 3e-2}
+    ranking = rank_by_noise(_Noisy(noise), list(noise), stop_by=time.monotonic() - 1)
+    assert ranking == [{"layer": "a", "ranked": False}, {"layer": "b", "ranked": False}]

@@ -380,3 +380,27 @@ def test_a_target_only_float_reaches_is_said_to_leave_no_int8(tmp_path):
     res = json.loads((out / "recover.json").read_text())
     assert res["met"] and res["int8_macs_share"] == 0 and len(res["float_layers"]) == 2
     assert r.output.startswith("meets the target only with no multiply-adds left in INT8 (not faster than FP16")
+
+
+def test_the_search_stops_early_enough_for_the_last_measurement_and_the_files():
+    from calib.search.recover_state import Clock
+
+    c = Clock(100.0)
+    c.keep(30.0)
+    assert abs(c.deadline - (c.t0 + 70.0)) < 1e-9
+    c.keep(500.0)
+    assert c.deadline == c.t0 and c.out() is (c.elapsed() > 0)
+    unbounded = Clock(None)
+    unbounded.keep(30.0)
+    assert unbounded.deadline is None and not unbounded.out()
+
+
+def test_a_share_of_the_time_left():
+    import time
+
+    from calib.search.recover_state import Clock
+
+    c = Clock(100.0)
+    t = c.share(0.25)
+    assert abs(t - (time.monotonic() + 0.25 * (c.deadline - time.monotonic()))) < 0.05
+    assert Clock(None).share(0.25) is None

@@ -132,9 +132,11 @@ RECIPE_ONLY_FLAGS = ("data", "task", "head", "charset", "metric", "postprocess",
 @click.option("--rank-samples", default=16, show_default=True, type=click.IntRange(0),
               help="Held-out samples the layer ranking and the per-tensor choice are measured on (0: all); every "
                    "step is judged on all of them.")
-@click.option("--rank-by", type=click.Choice(["metric", "sqnr"]), default="metric", show_default=True,
-              help="What orders the layers: the target's figure with each alone in float, or the outputs' SQNR "
-                   "gain (continuous: for a coarse figure on few samples).")
+@click.option("--rank-by", type=click.Choice(["noise", "metric", "sqnr"]), default="noise",
+              show_default=True,
+              help="What orders the layers: the output noise each layer adds alone in INT8 (every other in "
+                   "float), the target's figure with each alone in float (stops at the first that meets the "
+                   "target alone), or the outputs' SQNR gain with each alone in float.")
 @click.option("--precision", type=click.Choice(["fp16", "fp32"]), default="fp16", show_default=True,
               help="What the fallback keeps layers in.")
 @click.option("--deploy", type=click.Choice(["implicit", "qdq"]), default="implicit", show_default=True,

@@ -24,7 +24,7 @@ from calib.quantize.opset import at_qdq_opset
 from calib.quantize.qdq import quantizable_layers
 from calib.quantize.shapes import fixed_batch
 from calib.search import target as tg
-from calib.search.fallback import OutOfTime, Scorer, best_of, layer_inputs, rank, search
+from calib.search.fallback import OutOfTime, Scorer, best_of, layer_inputs, prune, rank, rank_by_noise, search
 from calib.search.macs import int8_share, layer_macs
 from calib.search.measure import Measure, oriented
 from calib.search.recover_out import write_outputs
@@ -32,6 +32,7 @@ from calib.search.recover_state import Clock, Evaluation, RecoverSpec, State
 from calib.search.recover_steps import in_int8
 
 log = logging.getLogger(__name__)
+NOISE_SAMPLES = 4  # held-out samples a ranking by output noise is measured on (of the --rank-samples)
 __all__ = ["Evaluation", "RecoverSpec", "Recovery", "recover"]
 
 
@@ -102,6 +103,7 @@ class Recovery:
         if spec.time_budget is not None and self.clock.elapsed() > spec.time_budget:
             raise CalibError(f"--time-budget: {spec.time_budget:g} s is too small: the calibration pass and one "
                              f"evaluation took {self.clock.elapsed():.0f} s (one evaluation {one:.1f} s)")
+        self.clock.keep(2 * one + 5)  # the last measurement and the writing, within the budget
         self.key = tg.resolve(spec.target, pts, primary_metric(self.measure.task, self.measure.outputs))
         self.sign = tg.sign(self.key)
         thr = tg.threshold(spec.target, self.key, pts, self.measure.samples, pts.get("fp32_boxes"))
@@ -166,15 +168,28 @@ class Recovery:
         sub = self.measure.head(self.spec.rank_samples) if self.spec.rank_samples else self.measure
         whole = sub.samples >= self.measure.samples
         ranker = scorer if whole else self._scorer(state, sub)  # a subset ranks; the whole set decides
-        ranking = rank(ranker, layers, both=False, stop_at=self.goal if whole else None,
-                       by_sqnr=self.spec.rank_by == "sqnr") \
-            if not self.clock.out() else [{"layer": n, "ranked": False} for n in layers]
-        self.ranked_on = sub.samples
+        if self.clock.out():
+            ranking = [{"layer": n, "ranked": False} for n in layers]
+        elif self.spec.rank_by == "noise":  # a continuous figure: a few samples tell each layer's noise
+            few = self.measure.head(min(NOISE_SAMPLES, sub.samples))
+            ranking = rank_by_noise(self._scorer(state, few), layers, stop_by=self.clock.share(0.5))
+            if ranker is not scorer:  # the per-tensor choice on the subset: leaves the search its time
+                ranker.deadline = self.clock.share(0.25)
+            self.ranked_on = few.samples
+        else:
+            ranking = rank(ranker, layers, both=False, stop_at=self.goal if whole else None,
+                           by_sqnr=self.spec.rank_by == "sqnr")
+        self.ranked_on = self.ranked_on or sub.samples
         if "per_tensor" in self.spec.steps and len(self.amaxes) > 1 and not self.clock.out():
             state, overrides = self._per_tensor(state, ranker, ranking)  # chosen on the subset, judged on all
         if self.met(state):
             return ranking, None, state
         found = search(scorer, ranking, self.goal, overrides, chart=False)
+        pruned = 0
+        if found["met"] and len(found["float_layers"]) > 1:  # the layers the target does not need back in INT8
+            p = prune(scorer, found["float_layers"], self.goal, overrides)
+            found.update(float_layers=p["float_layers"], out_of_time=found["out_of_time"] or p["out_of_time"])
+            pruned = p["pruned"]
         order = [r["layer"] for r in ranking]
         self.curve = [{"float_layers": k, "value": self.sign * v if v > float("-inf") else None,
                        "int8_macs_share": int8_share(self.macs, order[:k])} for k, v in found["curve"]]
@@ -183,10 +198,12 @@ class Recovery:
                                   sqnr=got["sqnr"])
         k = len(found["float_layers"])
         self._step(f"fallback: {k} layer{'s' if k != 1 else ''} in float", got, state, True,
-                   "the fewest layers of the ranking in float that meet the target" if found["met"] else
+                   "the fewest layers of the ranking in float that meet the target"
+                   + (f", then {pruned} of them given back to INT8 (the target met without them)" if pruned else "")
+                   if found["met"] else
                    "the target is not met" + (" (time budget spent: the best so far)" if found["out_of_time"]
                                               else " even with every ranked layer in float"),
-                   float_layers=len(found["float_layers"]), variants=scorer.runs)
+                   float_layers=len(found["float_layers"]), pruned=pruned, variants=scorer.runs)
         return ranking, found, new
 
     def _per_tensor(self, state: State, scorer: Scorer, ranking) -> tuple[State, dict | None]:

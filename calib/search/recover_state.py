@@ -22,7 +22,8 @@ class RecoverSpec:
     steps: tuple = STEPS  # the in-INT8 steps to try, in this order
     per_tensor_layers: int = 8  # the most sensitive layers whose inputs try the other algorithms' scales
     rank_samples: int | None = 16  # held-out samples the layer ranking is measured on (None: all of them)
-    rank_by: str = "metric"  # metric | sqnr: what orders the layers (sqnr: the outputs' SQNR gain first)
+    rank_by: str = "noise"  # noise | metric | sqnr: what orders the layers (sqnr: the outputs' SQNR gain first;
+    # noise: the noise each layer adds alone in INT8)
     precision: str = "fp16"  # what the fallback keeps layers in
     deploy: str = "implicit"  # the build simulated: implicit (the cache) or qdq
     engine_layers: str | None = None
@@ -80,6 +81,19 @@ class Clock:
 
     def out(self) -> bool:
         return self.deadline is not None and time.monotonic() > self.deadline
+
+    def share(self, fraction: float) -> float | None:
+        """The time.monotonic() at which `fraction` of the time left now is spent (None: no budget)."""
+        if self.deadline is None:
+            return None
+        now = time.monotonic()
+        return now + fraction * max(self.deadline - now, 0.0)
+
+    def keep(self, seconds: float) -> None:
+        """Stop searching `seconds` before the budget ends: what follows the search (the chosen configuration
+        measured on every held-out sample, the files written) fits within it too."""
+        if self.deadline is not None:
+            self.deadline = self.t0 + max(self.budget - seconds, 0.0)
 
 
 def calibration_feeds(source, fixed: int | None, step: int) -> list[dict]:

@@ -14,6 +14,9 @@ from calib.quantize.qdq import quantizable_layers
 from calib.search.recover_state import State, calibration_feeds
 
 
+QUARTER = 0.25  # of the time left: the most learned rounding may take, the rest to the steps after it
+
+
 def in_int8(r, state: State) -> State:
     """The steps of r.spec.steps in order, until the target is met or the time is spent."""
     steps = r.spec.steps
@@ -30,7 +33,7 @@ def in_int8(r, state: State) -> State:
 
         feeds = feeds or calibration_feeds(r.calib_source, r.fixed, r.measure.step)
         rounded, done = adaround(state.model, feeds, quantizable_layers(state.model), r.info.layout,
-                                 deadline=r.clock.deadline)
+                                 deadline=r.clock.share(QUARTER))
         if done:
             cand = dataclasses.replace(state, model=rounded, weights=state.weights + ["adaround"],
                                        unbiased=state.unbiased or state.model)
