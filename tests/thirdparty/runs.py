@@ -5,7 +5,7 @@ measured. Shared by tests/test_thirdparty_cli.py and benchmarks/thirdparty_cli.p
 Photos are real ones from the repository (datasets/photos, datasets/photos_crops: scikit-image's and
 scikit-learn's images, datasets/LICENSES.md), copied into a folder per model and role, so that calibration and
 evaluation never share a photo. Each command runs in its own interpreter (`python -c`), which reports its own peak
-RSS (getrusage RUSAGE_SELF, what /usr/bin/time calls "Maximum resident set size").
+RSS (VmHWM, the process image's own high-water mark: what /usr/bin/time calls "Maximum resident set size").
 """
 from __future__ import annotations
 
@@ -156,7 +156,9 @@ try:
     main(sys.argv[1:], prog_name="calib")
 except SystemExit as exc:
     code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-print(json.dumps({"peak": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "rc": code}), file=sys.stderr)
+hwm = [int(l.split()[1]) * 1024 for l in open("/proc/self/status") if l.startswith("VmHWM:")]  # own image's peak
+print(json.dumps({"peak": hwm[0] if hwm else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "rc": code}),
+      file=sys.stderr)
 """
 
 
