@@ -19,25 +19,17 @@ import numpy as np
 import onnx
 from onnx import helper
 
+from calib.quantize.outer_scope import subgraphs
+
 log = logging.getLogger(__name__)
 
 BODIES = ("If", "Loop", "Scan")
 
 
-def _subgraphs(node) -> list[onnx.GraphProto]:
-    out = []
-    for a in node.attribute:
-        if a.type == onnx.AttributeProto.GRAPH:
-            out.append(a.g)
-        elif a.type == onnx.AttributeProto.GRAPHS:
-            out.extend(a.graphs)
-    return out
-
-
 def _all_nodes(graph: onnx.GraphProto):
     for n in graph.node:
         yield n
-        for g in _subgraphs(n):
+        for g in subgraphs(n):
             yield from _all_nodes(g)
 
 
@@ -65,7 +57,7 @@ def _condition(model: onnx.ModelProto, node, known: Mapping[str, np.ndarray]) ->
             used_inits.append(inits[t])
         elif t in made:
             n = made[t]
-            if n.op_type in BODIES or any(True for _ in _subgraphs(n)):
+            if n.op_type in BODIES or any(True for _ in subgraphs(n)):
                 return None
             needed.append(n)
             stack.extend(n.input)
@@ -188,7 +180,7 @@ def _shapes(model: onnx.ModelProto) -> dict[str, list]:
             dims = vi.type.tensor_type.shape.dim
             out[vi.name] = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else 1 for d in dims]
         for n in g.node:
-            for s in _subgraphs(n):
+            for s in subgraphs(n):
                 walk(s)
 
     walk(inferred.graph)
@@ -233,7 +225,7 @@ def control_flow(model: onnx.ModelProto) -> ControlFlow | None:
         if n.op_type not in BODIES:
             continue
         bodies[n.op_type] = bodies.get(n.op_type, 0) + 1
-        for g in _subgraphs(n):
+        for g in subgraphs(n):
             for m in _all_nodes(g):
                 inside += 1
                 macs += _macs(m, shapes)
