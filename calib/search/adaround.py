@@ -20,8 +20,7 @@ from onnx import numpy_helper
 
 from calib.quantize.model import constant_value, initializers_not_inputs
 from calib.quantize.qdq import weight_scales
-from calib.runners.feed import fed
-from calib.runners.onnxruntime import OrtRunner
+from calib.search.fp32_pass import fp32_tensors
 
 log = logging.getLogger(__name__)
 SUFFIX = ".adarounded"
@@ -76,10 +75,8 @@ def grams(model, nodes, batches, layout=None, rows: int = 2048, seed: int = 0) -
     """node output -> G = X^T X over (at most `rows` sampled) input rows of every batch, one FP32 pass."""
     rng = np.random.default_rng(seed)
     tensors = list(dict.fromkeys(n.input[0] for n in nodes))
-    run = fed(OrtRunner(model, expose=tensors, spin=False, lean=True, label="FP32"), layout)
     out: dict = {}
-    for b in batches:
-        got = run.run(b, tensors)
+    for got in fp32_tensors(model, tensors, batches, layout):
         for n in nodes:
             x = _rows(np.asarray(got[n.input[0]], np.float64), n, constant_value(model, n.input[1]).shape)
             if x.shape[0] > rows:

@@ -19,8 +19,7 @@ from onnx import numpy_helper
 from calib.quantize.model import constant_value, initializers_not_inputs
 from calib.quantize.qdq import activation_scale, weight_scales
 from calib.quantize.ties import tie_amax
-from calib.runners.feed import fed
-from calib.runners.onnxruntime import OrtRunner
+from calib.search.fp32_pass import fp32_tensors
 
 log = logging.getLogger(__name__)
 OPS = ("Conv", "Gemm")
@@ -117,11 +116,9 @@ def with_biases(model: onnx.ModelProto, biases: dict) -> onnx.ModelProto:
 
 def _input_means(model, tensors: list, amax: dict, ops: dict, batches, layout) -> dict:
     """tensor -> (per-channel mean of x, of x rounded with its scale) over `batches`, one FP32 run."""
-    run = fed(OrtRunner(model, expose=tensors, spin=False, lean=True, label="FP32"), layout)
     sums: dict = {}
     n = 0
-    for b in batches:
-        got = run.run(b, tensors)
+    for got in fp32_tensors(model, tensors, batches, layout):
         for t in tensors:
             x = np.asarray(got[t], np.float64)
             axis = 1 if ops[t] == "Conv" else x.ndim - 1

@@ -13,8 +13,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from calib.quantize.model import constant_value, initializers_not_inputs
-from calib.runners.feed import fed
-from calib.runners.onnxruntime import OrtRunner
+from calib.search.fp32_pass import fp32_tensors
 
 log = logging.getLogger(__name__)
 SUFFIX = ".smoothed"
@@ -43,10 +42,8 @@ def _rows_b(node, w: np.ndarray) -> np.ndarray:
 def channel_maxima(model, nodes, batches, layout=None) -> dict:
     """input tensor -> max |x| per channel of its last axis over `batches`, one FP32 pass."""
     tensors = list(dict.fromkeys(n.input[0] for n in nodes))
-    run = fed(OrtRunner(model, expose=tensors, spin=False, lean=True, label="FP32"), layout)
     out: dict = {}
-    for b in batches:
-        got = run.run(b, tensors)
+    for got in fp32_tensors(model, tensors, batches, layout):
         for t in tensors:
             x = np.abs(np.asarray(got[t], np.float64))
             m = x.reshape(-1, x.shape[-1]).max(0)
