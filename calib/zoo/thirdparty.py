@@ -60,6 +60,16 @@ class ThirdPartyModel:
     decode: str = ""  # how the package turns the raw outputs into results
 
 
+# the one wheel that ships the three PP-OCR models (detector, orientation classifier, recognizer)
+RAPIDOCR = dict(
+    package="rapidocr-onnxruntime==1.4.4",
+    archive="rapidocr_onnxruntime-1.4.4-py3-none-any.whl",
+    archive_url="https://files.pythonhosted.org/packages/ba/12/"
+                "1e5497183bdbe782dbb91bad1d0d2297dba4d2831b2652657f7517bfc6df/"
+                "rapidocr_onnxruntime-1.4.4-py3-none-any.whl",
+    archive_sha256="971d7d5f223a7a808662229df1ef69893809d8457d834e6373d3854bc1782cbf",
+)
+
 MODELS = {
     "ddddocr-det": ThirdPartyModel(
         name="ddddocr-det",
@@ -126,12 +136,7 @@ MODELS = {
     ),
     "ppocr-det": ThirdPartyModel(
         name="ppocr-det",
-        package="rapidocr-onnxruntime==1.4.4",
-        archive="rapidocr_onnxruntime-1.4.4-py3-none-any.whl",
-        archive_url="https://files.pythonhosted.org/packages/ba/12/"
-                    "1e5497183bdbe782dbb91bad1d0d2297dba4d2831b2652657f7517bfc6df/"
-                    "rapidocr_onnxruntime-1.4.4-py3-none-any.whl",
-        archive_sha256="971d7d5f223a7a808662229df1ef69893809d8457d834e6373d3854bc1782cbf",
+        **RAPIDOCR,
         member="rapidocr_onnxruntime/models/ch_PP-OCRv4_det_infer.onnx",
         onnx_sha256="d2a7720d45a54257208b1e13e36a8479894cb74155a5efe29462512d42f49da9",
         licence="Apache-2.0",
@@ -157,12 +162,7 @@ MODELS = {
     ),
     "ppocr-cls": ThirdPartyModel(
         name="ppocr-cls",
-        package="rapidocr-onnxruntime==1.4.4",
-        archive="rapidocr_onnxruntime-1.4.4-py3-none-any.whl",
-        archive_url="https://files.pythonhosted.org/packages/ba/12/"
-                    "1e5497183bdbe782dbb91bad1d0d2297dba4d2831b2652657f7517bfc6df/"
-                    "rapidocr_onnxruntime-1.4.4-py3-none-any.whl",
-        archive_sha256="971d7d5f223a7a808662229df1ef69893809d8457d834e6373d3854bc1782cbf",
+        **RAPIDOCR,
         member="rapidocr_onnxruntime/models/ch_ppocr_mobile_v2.0_cls_infer.onnx",
         onnx_sha256="e47acedf663230f8863ff1ab0e64dd2d82b838fceb5957146dab185a89d6215c",
         licence="Apache-2.0",
@@ -243,12 +243,7 @@ MODELS = {
     ),
     "ppocr-rec": ThirdPartyModel(
         name="ppocr-rec",
-        package="rapidocr-onnxruntime==1.4.4",
-        archive="rapidocr_onnxruntime-1.4.4-py3-none-any.whl",
-        archive_url="https://files.pythonhosted.org/packages/ba/12/"
-                    "1e5497183bdbe782dbb91bad1d0d2297dba4d2831b2652657f7517bfc6df/"
-                    "rapidocr_onnxruntime-1.4.4-py3-none-any.whl",
-        archive_sha256="971d7d5f223a7a808662229df1ef69893809d8457d834e6373d3854bc1782cbf",
+        **RAPIDOCR,
         member="rapidocr_onnxruntime/models/ch_PP-OCRv4_rec_infer.onnx",
         onnx_sha256="48fc40f24f6d2a207a2b1091d3437eb3cc3eb6b676dc3ef9c37384005483683b",
         licence="Apache-2.0",
