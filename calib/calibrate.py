@@ -404,7 +404,8 @@ def calibrate(model: str | Path, data, algorithms=ALL_ALGORITHMS, params: dict |
         raise CalibError("equalize writes the equalized model: give an output folder")
     warmup.start()
     info = fix_input_shapes(inspect_model(model), input_shapes or {}, called("input_shapes", option_names), True)
-    given, (model, info) = model, reshape_model(model, info, called("input_shapes", option_names))
+    given, given_sha = model, info.sha256
+    model, info = reshape_model(model, info, called("input_shapes", option_names))
     info = laid_out(model, info, batch_axes, consts, called("inputs.batch_axis", option_names))
     model, info = fold_model(model, info, consts, called("inputs.const", option_names))
     label = str(data) if isinstance(data, (str, Path)) else getattr(data, "label", "calibration data")
@@ -441,8 +442,9 @@ def calibrate(model: str | Path, data, algorithms=ALL_ALGORITHMS, params: dict |
             if derived or equalize:  # the caches are for calib's copy of the model: which, made of what
                 from calib.quantize.derived import derived_from
 
-                extra["derived_from"] = derived_from(given, Path(model).name, input_shapes if derived else None,
-                                                     consts if derived else None, equalized=equalize)
+                extra["derived_from"] = derived_from(given, given_sha, Path(model).name,
+                                                     input_shapes if derived else None, consts if derived else None,
+                                                     equalized=equalize)
             result.write_into(stage, trt_version, carrier, extra or None)
         return result
 

@@ -14,8 +14,8 @@ from calib.quantize.cache import read_sidecar
 log = logging.getLogger(__name__)
 
 
-def derived_from(given: str | Path, derived_name: str, input_shapes: dict | None, consts: dict | None,
-                 equalized: bool = False) -> dict:
+def derived_from(given: str | Path, given_sha256: str, derived_name: str, input_shapes: dict | None,
+                 consts: dict | None, equalized: bool = False) -> dict:
     """The sidecar's record of a derived model: the given model's sha256 and name, the copy's file name, how."""
     how = []
     if input_shapes:
@@ -24,7 +24,7 @@ def derived_from(given: str | Path, derived_name: str, input_shapes: dict | None
         how.append("folded at constant " + ", ".join(sorted(consts)))
     if equalized:
         how.append("equalized")
-    return {"sha256": sha256_file(given), "model": Path(given).name, "file": derived_name,
+    return {"sha256": given_sha256, "model": Path(given).name, "file": derived_name,
             "how": " and ".join(how) or "derived"}
 
 
