@@ -15,6 +15,11 @@ def _batch(row: dict) -> int | None:
     return dims[0] if dims and all(d == dims[0] for d in dims) else None
 
 
+def verdict(speedup: float, tolerance: float = TOLERANCE) -> str:
+    """"pays" (faster by the tolerance or more), "slower" (slower by as much) or "same"."""
+    return "pays" if speedup >= 1 + tolerance else "slower" if speedup <= 1 - tolerance else "same"
+
+
 def compare(rows: list[dict], other: list[dict], tolerance: float = TOLERANCE) -> list[dict]:
     """One entry per shape timed on both engines: the two medians, speed-up (other / this) and whether it pays."""
     theirs = {_key(r): r for r in other}
@@ -24,9 +29,8 @@ def compare(rows: list[dict], other: list[dict], tolerance: float = TOLERANCE) -
         if o is None:
             continue
         speedup = o["median_ms"] / r["median_ms"]
-        verdict = "pays" if speedup >= 1 + tolerance else "slower" if speedup <= 1 - tolerance else "same"
         out.append({"shapes": r["shapes"], "batch": _batch(r), "ms": r["median_ms"], "other_ms": o["median_ms"],
-                    "speedup": round(speedup, 3), "verdict": verdict})
+                    "speedup": round(speedup, 3), "verdict": verdict(speedup, tolerance)})
     return sorted(out, key=lambda e: (e["batch"] is None, e["batch"] or 0))
 
 

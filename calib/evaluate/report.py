@@ -270,16 +270,17 @@ def _engine_blocks(report: dict) -> list[tuple]:
 
 def _pays_blocks(rows: list[dict], batch) -> list[tuple]:
     """Whether each INT8 engine pays against the FP16 engine at this batch, said plainly (calib.deploy.worth)."""
-    from calib.deploy.worth import TOLERANCE
+    from calib.deploy.worth import TOLERANCE, verdict
 
     said = []
     for r in rows:
         x = r.get("x_vs_fp16")
         if x is None or r["engine"] in ("trt-fp16", "trt-fp32"):
             continue
-        if x >= 1 + TOLERANCE:
+        v = verdict(x)
+        if v == "pays":
             said.append(f"`{r['engine']}` pays: {x:.2f}x the FP16 engine's speed at batch {batch}.")
-        elif x > 1 - TOLERANCE:
+        elif v == "same":
             said.append(f"`{r['engine']}` does not pay at batch {batch}: {x:.2f}x the FP16 engine "
                         f"(within {TOLERANCE:.0%}); build FP16, or time a larger batch with `calib bench "
                         "INT8.engine --against FP16.engine --shape ...`.")
