@@ -24,6 +24,8 @@
 #   fp16-yolov3-tiny, fp16-mbv2    issue 31: the FP16+INT8 model (--float-type fp16)
 #               beside the FP32-float Q/DQ model, the implicit engine and FP16 (YOLOv3-tiny level 1 batch 4;
 #               MobileNetV2 level 3 batch 32)
+#   l3-yolov8n-alt  YOLOv8n-320 at level 3, batch 4: implicit, calib-qdq, then fp16, each set timed in turns
+#               (benchmarks/alternate.py: plain and CUDA-graph figures); KEEP_ENGINES=1 on collect brings engines back
 #   gpu-tests   pytest -m gpu tests/gpu (level 1), capped at TESTS_S
 set -uo pipefail; shopt -s nullglob
 P=/tmp/pipe R=/tmp/pipe/res
@@ -106,6 +108,18 @@ case $1 in
             > "$R/l3-yolov8n-b4.log" 2>&1
           echo "exit $?" >> "$R/l3-yolov8n-b4.log"
           ;;
+        l3-yolov8n-alt)  # issue 40: level 3, batch 4: implicit and calib's default Q/DQ, timed in turns (plain and as
+          # CUDA graphs: benchmarks/alternate.py), then FP16 and the three in turns
+          D=/tmp/qdq22/yolov8n-l3-b4
+          QDQ_DEADLINE=${Y8_DEADLINE:-1500} qdq yolov8n 3 4 implicit,calib-qdq $D 1600 > "$R/l3-yolov8n-b4.log" 2>&1
+          echo "exit $?" >> "$R/l3-yolov8n-b4.log"
+          timeout 300 python3.10 benchmarks/alternate.py $D --engines implicit,calib-qdq --name alternate-2 \
+            > "$R/alt-yolov8n-2.log" 2>&1
+          QDQ_DEADLINE=${Y8_DEADLINE:-1500} qdq yolov8n 3 4 fp16 $D 1600 >> "$R/l3-yolov8n-b4.log" 2>&1
+          echo "exit $?" >> "$R/l3-yolov8n-b4.log"
+          timeout 300 python3.10 benchmarks/alternate.py $D --engines implicit,calib-qdq,fp16 --name alternate-3 \
+            > "$R/alt-yolov8n-3.log" 2>&1
+          ;;
         gpu-tests)  # the GPU tests of the tree (level 1), capped at TESTS_S
           timeout "${TESTS_S:-400}" python3.10 -m pytest -m gpu ${GPU_TESTS:-tests/gpu} -q -p no:cacheprovider \
             > "$R/pytest-gpu.log" 2>&1
@@ -125,8 +139,18 @@ case $1 in
     mkdir -p "$R/qdq"
     for d in /tmp/qdq22/*/; do
       n=$(basename "$d"); mkdir -p "$R/qdq/$n"
-      for f in table.json table.md layers.json profile.json; do [ -f "$d/$f" ] && cp "$d/$f" "$R/qdq/$n/"; done
+      for f in table.json table.md layers.json profile.json alternate*.json alternate*.md; do
+        [ -f "$d/$f" ] && cp "$d/$f" "$R/qdq/$n/"
+      done
+      for f in "$d"/work/*.engine.json; do cp "$f" "$R/qdq/$n/"; done
     done
+    if [ -n "${KEEP_ENGINES:-}" ]; then  # engines back (at most 5 of 16 MiB): timed again later on the same card
+      k=0
+      for f in /tmp/qdq22/*/work/*.engine; do
+        [ $k -lt 5 ] && [ "$(stat -c %s "$f")" -lt 16000000 ] || continue
+        cp "$f" "$out/$(basename "$(dirname "$(dirname "$f")")")-$(basename "$f")"; k=$((k + 1))
+      done
+    fi
     tar czf "$out/res.tgz" --exclude='*.engine' --exclude='*.onnx' --exclude='*.timing' -C "$P" res pipeline.log \
       progress.log 2>/dev/null
     cp "$P/progress.log" "$out/" 2>/dev/null

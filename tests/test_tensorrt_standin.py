@@ -172,6 +172,39 @@ def test_runner_matches_onnxruntime_on_every_io_api(version, cnn_data):
     assert mem.blocks == {}
 
 
+def test_latency_through_a_cuda_graph_launches_it_and_frees_it(cnn_data):
+    trt, mem = _trt()
+    built = build(CNN, BuildSpec(precisions=("fp32",), batch_size=8), None, trt, mem)
+    r = TrtRunner(built.plan, trt, mem)
+    lat = r.latency({"input": cnn_data[:8]}, warmup=2, iters=3, repeats=4, cuda_graph=True)
+    assert lat["cuda_graph"] and lat["runs"] == 12
+    assert mem.launches == 2 + 12 and mem.graphs == 0  # every run one launch; the graph destroyed after
+    got = r.run({"input": cnn_data[:5]})["logits"]  # the runner still runs plainly afterwards
+    np.testing.assert_allclose(got, OrtRunner(CNN).run({"input": cnn_data[:5]})["logits"], rtol=1e-6)
+    r.close()
+
+
+def test_engines_timed_alternately_share_a_drift(tmp_path, cnn_data):
+    """Each timed group reads a clock that rises by 1 ms per group (a GPU slowing down). Timed in turns, the
+    engines' k-th groups sit side by side (A 1, 3, 5; B 2, 4, 6); one after the other, A would get 1-3 and B 4-6."""
+    from calib.deploy.engine_file import alternate_engines
+
+    trt, mem = _trt()
+    paths = []
+    for name in ("a", "b"):
+        built = build(CNN, BuildSpec(precisions=("fp32",), batch_size=8), None, trt, mem)
+        paths.append(write_engine(tmp_path / f"{name}.engine", built, {}))
+    clock = iter(range(1, 100))
+    mem.elapsed_ms = lambda start, end: float(next(clock))
+    a, b = alternate_engines(paths, {"input": (8, 3, 64, 64)}, warmup=1, iters=1, repeats=3, trt=trt, cuda=mem)
+    assert (a["median_ms"], a["min_ms"], a["max_ms"]) == (3.0, 1.0, 5.0)
+    assert (b["median_ms"], b["min_ms"], b["max_ms"]) == (4.0, 2.0, 6.0)
+    assert a["alternated"] and a["batch"] == 8 and b["engine"] == str(paths[1])
+    assert mem.blocks == {}  # both runners closed
+    with pytest.raises(CalibError, match="outside optimization profile"):
+        alternate_engines(paths, {"input": (9, 3, 64, 64)}, warmup=1, iters=1, repeats=1, trt=trt, cuda=mem)
+
+
 def test_layer_precisions_by_op_type_name_and_regex(cnn_data):
     trt, mem = _trt()
     fed = cache_calibrator(read_cache(GOLDEN / "cnn" / "int8-minmax.cache"), trt, "EntropyCalibration2")

@@ -51,6 +51,13 @@ def test_bench_against_another_engine(tmp_path):
     (found,) = doc["against"]["compared"]
     assert found["batch"] == 8 and found["ms"] == doc["rows"][0]["median_ms"]
     assert found["other_ms"] == doc["against"]["rows"][0]["median_ms"]
+    assert doc["rows"][0]["alternated"] and doc["against"]["rows"][0]["alternated"]  # timed in turns
+    assert "mine" not in doc["against"]
+    r = calib_cli("bench", tmp_path / "int8.engine", "--against", tmp_path / "fp16.engine", "--json", "--iters", "2",
+                  "--repeats", "3", "--cuda-graph")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["rows"][0]["cuda_graph"] and doc["against"]["rows"][0]["cuda_graph"]
     assert doc["against"]["said"][0].startswith("batch 8: int8.engine ")
     r = calib_cli("bench", tmp_path / "int8.engine", "--against", tmp_path / "fp16.engine", "--iters", "2",
                   "--repeats", "3")

@@ -430,15 +430,20 @@ def build(model, out, cache, calibrator, data_args, precision, layer_precision, 
 @click.option("--against", type=click.Path(dir_okay=False), default=None,
               help="Another engine of the same model (FP16, as a rule): timed at the same shapes, and whether "
                    "ENGINE pays against it said per shape, and from which batch.")
+@click.option("--cuda-graph", is_flag=True,
+              help="Time launches of a CUDA graph of the engine's work: the GPU's time without the host's per-kernel "
+                   "launch cost, which can hide a small engine's (trtexec --useCudaGraph).")
 @_handled
-def bench(engine, batch_size, shapes, profile, iters, repeats, as_json, layers, top, against):
+def bench(engine, batch_size, shapes, profile, iters, repeats, as_json, layers, top, against, cuda_graph):
     """Latency and throughput of a TensorRT ENGINE (CUDA events, median of groups after warm-up), a row per
-    optimization profile and shape."""
+    optimization profile and shape. With --against, the two engines are timed in turns, group by group."""
     from calib.deploy.engine_file import bench_engine_file
 
     rows = bench_engine_file(engine, batch_size, iters=iters, repeats=repeats, layers=layers,
-                             shapes=dict(_shapes(shapes)), profile=profile)
-    worth = _worth(engine, rows, against, iters, repeats) if against else None
+                             shapes=dict(_shapes(shapes)), profile=profile, cuda_graph=cuda_graph)
+    worth = _worth(engine, rows, against, iters, repeats, cuda_graph) if against else None
+    if worth is not None:  # the alternated figures replace the first ones: both engines under the same conditions
+        rows = [dict(r, **{k: v for k, v in a.items() if k in TIMED}) for r, a in zip(rows, worth.pop("mine"))]
     if as_json:
         click.echo(json.dumps({"rows": rows, "against": worth} if worth is not None else rows, indent=2))
         return
@@ -455,17 +460,23 @@ def bench(engine, batch_size, shapes, profile, iters, repeats, as_json, layers, 
             click.echo(line)
 
 
-def _worth(engine, rows, against, iters, repeats) -> dict:
-    """`--against`: the other engine timed at ENGINE's shapes, and the sentences of calib.deploy.worth."""
-    from calib.deploy.engine_file import bench_engine_file
+TIMED = ("median_ms", "min_ms", "max_ms", "throughput_per_s", "runs", "cuda_graph", "alternated")
+
+
+def _worth(engine, rows, against, iters, repeats, cuda_graph=False) -> dict:
+    """`--against`: both engines timed in turns at each of ENGINE's shapes, and the sentences of calib.deploy.worth
+    ("mine": ENGINE's alternated rows, in the order of `rows`)."""
+    from calib.deploy.engine_file import alternate_engines
     from calib.deploy.worth import compare, sentences
 
-    other = []
-    for shapes in {json.dumps(r["shapes"], sort_keys=True) for r in rows}:
-        point = {n: tuple(s) for n, s in json.loads(shapes).items()}
-        other += bench_engine_file(against, iters=iters, repeats=repeats, shapes=point)
-    found = compare(rows, other)
-    return {"engine": str(against), "rows": other, "compared": found,
+    mine, other = [], []
+    for r in rows:
+        point = {n: tuple(s) for n, s in r["shapes"].items()}
+        a, b = alternate_engines([engine, against], point, iters=iters, repeats=repeats, cuda_graph=cuda_graph)
+        mine.append(a)
+        other.append(b)
+    found = compare(mine, other)
+    return {"engine": str(against), "rows": other, "compared": found, "mine": mine,
             "said": sentences(found, Path(engine).name, Path(against).name)}
 
 

@@ -150,7 +150,7 @@ def _inside(runner, point: dict) -> None:
 
 def bench_engine_file(engine, batch_size: int | None = None, warmup: int = 50, iters: int = 50, repeats: int = 15,
                       trt=None, cuda=None, layers: bool = False, shapes: dict | None = None,
-                      profile: int | None = None) -> list[dict]:
+                      profile: int | None = None, cuda_graph: bool = False) -> list[dict]:
     """Latency of an engine file on random inputs (median over repeats of back-to-back runs), one row per
     optimization profile and shape: `shapes` ({input: shape}) or `batch_size` on `profile` (default 0), else the
     min, opt and max shapes of `profile` or of every profile. With `layers`, each row also has the per-layer
@@ -174,7 +174,8 @@ def bench_engine_file(engine, batch_size: int | None = None, warmup: int = 50, i
                 _inside(r, point)
                 batch = {n: rng.standard_normal(s).astype(r.dtypes[n]) for n, s in point.items()}
                 row = {"engine": str(engine), "profile": k, "point": tag,
-                       "shapes": {n: list(s) for n, s in point.items()}, **r.latency(batch, warmup, iters, repeats)}
+                       "shapes": {n: list(s) for n, s in point.items()},
+                       **r.latency(batch, warmup, iters, repeats, cuda_graph)}
                 if layers:
                     from calib.runners.tensorrt.profile import profile_layers
 
@@ -183,3 +184,39 @@ def bench_engine_file(engine, batch_size: int | None = None, warmup: int = 50, i
         finally:
             r.close()
     return rows
+
+
+def alternate_engines(engines: list, shapes: dict, warmup: int = 50, iters: int = 50, repeats: int = 15,
+                      trt=None, cuda=None, cuda_graph: bool = False) -> list[dict]:
+    """The engines (of one model) timed in turns at one shape point: group k of every engine runs before group k+1
+    of any, so a drift of the GPU's clocks or of the host's load falls on all of them alike. One row per engine,
+    as bench_engine_file's, with "alternated": True. Every engine's runner is open at once (their memory too)."""
+    from calib.runners.tensorrt.runner import TrtRunner, summary
+
+    runners, timers = [], []
+    try:
+        for e in engines:
+            check_engine_sidecar(e)
+            runners.append(TrtRunner(e, trt, cuda, profile=0))
+        rng = np.random.default_rng(0)
+        first = runners[0]
+        point = dict(bench_points(first, shapes)[0][1])
+        batch = {n: rng.standard_normal(s).astype(first.dtypes[n]) for n, s in point.items()}
+        for r in runners:
+            if sorted(r.inputs) != sorted(first.inputs):
+                raise CalibError(f"{r.label}: inputs {r.inputs} differ from {first.label}'s {first.inputs}: "
+                                 "not the same model")
+            _inside(r, point)
+            timers.append(r.timer({n: batch[n].astype(r.dtypes[n]) for n in r.inputs}, warmup, cuda_graph))
+        groups: list[list[float]] = [[] for _ in timers]
+        for _ in range(repeats):
+            for k, t in enumerate(timers):
+                groups[k].append(t.group(iters))
+        return [{"engine": str(e), "profile": 0, "point": "given", "shapes": {n: list(s) for n, s in point.items()},
+                 **summary(g, t.samples, repeats * iters, cuda_graph), "alternated": True}
+                for e, t, g in zip(engines, timers, groups)]
+    finally:
+        for t in timers:
+            t.close()
+        for r in runners:
+            r.close()

@@ -193,6 +193,18 @@ class _Context:
     def _run(self):
         if any(d < 0 for s in self._shapes.values() for d in s):
             return False  # an input's shape was never set
+        captured = self._e._t.memory.capturing
+        if captured is not None:  # a CUDA graph's capture: recorded, run at each launch of the graph
+            addr = dict(self._addr)
+            captured.append(lambda: self._run_at(addr))
+            return True
+        return self._run_now()
+
+    def _run_at(self, addr):
+        self._addr = addr
+        return self._run_now()
+
+    def _run_now(self):
         self._report()
         mem = self._e._t.memory
         if self._key(mem) == getattr(self, "_last", None):

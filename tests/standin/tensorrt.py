@@ -98,6 +98,32 @@ class Memory:
     def stream(self):
         return 7
 
+    # CUDA graphs: while a capture is open, engine runs are recorded, not run (as on a GPU); a launch runs them
+    capturing: list | None = None
+    graphs = 0  # graphs instantiated and not yet destroyed
+    launches = 0
+
+    def begin_capture(self) -> None:
+        self.capturing = []
+
+    def end_capture(self) -> list:
+        graph, self.capturing = self.capturing, None
+        self.graphs += 1
+        return graph
+
+    def capture(self, stream, work):
+        self.begin_capture()
+        work()
+        return self.end_capture()
+
+    def launch(self, graph, stream) -> None:
+        self.launches += 1
+        for run in graph:
+            run()
+
+    def free_graph(self, graph) -> None:
+        self.graphs -= 1
+
     def sync(self, stream) -> None:
         return None
 

@@ -94,3 +94,25 @@ class Cuda:
     def elapsed_ms(self, start, end) -> float:
         self._check(self.rt.cudaEventSynchronize(end), "cudaEventSynchronize")
         return float(self._check(self.rt.cudaEventElapsedTime(start, end), "cudaEventElapsedTime"))
+
+    def capture(self, stream, work) -> object:
+        """An executable CUDA graph of what `work()` enqueues on `stream` (nothing runs while it is captured).
+
+        Timing graph launches leaves out the host's per-kernel launch cost, which can hide a small engine's GPU time
+        (trtexec --useCudaGraph). Raises CalibError when the work cannot be captured (a plugin that syncs)."""
+        mode = self.rt.cudaStreamCaptureMode.cudaStreamCaptureModeThreadLocal
+        self._check(self.rt.cudaStreamBeginCapture(stream, mode), "cudaStreamBeginCapture")
+        try:
+            work()
+        finally:
+            graph = self._check(self.rt.cudaStreamEndCapture(stream), "cudaStreamEndCapture")
+        try:
+            return self._check(self.rt.cudaGraphInstantiate(graph, 0), "cudaGraphInstantiate")
+        finally:
+            self._check(self.rt.cudaGraphDestroy(graph), "cudaGraphDestroy")
+
+    def launch(self, graph, stream) -> None:
+        self._check(self.rt.cudaGraphLaunch(graph, stream), "cudaGraphLaunch")
+
+    def free_graph(self, graph) -> None:
+        self._check(self.rt.cudaGraphExecDestroy(graph), "cudaGraphExecDestroy")

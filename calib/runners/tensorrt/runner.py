@@ -163,28 +163,33 @@ class TrtRunner:
         return out
 
     def latency(self, batch: Mapping[str, np.ndarray], warmup: int = 50, iters: int = 50,
-                repeats: int = 15) -> dict:
-        """Median over `repeats` groups of `iters` back-to-back runs (CUDA events), after `warmup` runs."""
-        with nvtx_range("calib.bench"):
-            return self._latency(batch, warmup, iters, repeats)
+                repeats: int = 15, cuda_graph: bool = False) -> dict:
+        """Median over `repeats` groups of `iters` back-to-back runs (CUDA events), after `warmup` runs.
 
-    def _latency(self, batch, warmup, iters, repeats) -> dict:
+        cuda_graph: each run is one launch of a CUDA graph of the engine's work, so the figure is the GPU's time
+        without the host's per-kernel launch cost (trtexec --useCudaGraph)."""
+        with nvtx_range("calib.bench"):
+            timer = self.timer(batch, warmup, cuda_graph)
+            try:
+                per_run = [timer.group(iters) for _ in range(repeats)]
+            finally:
+                timer.close()
+            return summary(per_run, timer.samples, repeats * iters, cuda_graph)
+
+    def timer(self, batch: Mapping[str, np.ndarray], warmup: int = 50, cuda_graph: bool = False) -> "Timer":
+        """`batch` fed once and warmed up: Timer.group(iters) times one group of runs (engines timed alternately
+        take turns through their timers)."""
         n = self._feed(batch)
+        graph = None
+        if cuda_graph:
+            self.execute(self.stream)  # TensorRT's deferred set-up happens outside the capture
+            self.cuda.sync(self.stream)
+            graph = self.cuda.capture(self.stream, lambda: self.execute(self.stream))
+        timer = Timer(self, n, graph)
         for _ in range(warmup):
-            self.execute(self.stream)
+            timer.run()
         self.cuda.sync(self.stream)
-        start, end = self.cuda.event(), self.cuda.event()
-        per_run = []
-        for _ in range(repeats):
-            self.cuda.record(start, self.stream)
-            for _ in range(iters):
-                self.execute(self.stream)
-            self.cuda.record(end, self.stream)
-            per_run.append(self.cuda.elapsed_ms(start, end) / iters)
-        med = statistics.median(per_run)
-        return {"batch": n, "median_ms": round(med, 4), "min_ms": round(min(per_run), 4),
-                "max_ms": round(max(per_run), 4), "throughput_per_s": round(n * 1000.0 / med, 1),
-                "runs": repeats * iters}
+        return timer
 
     def close(self) -> None:
         for ptr in self.device.values():
@@ -193,3 +198,40 @@ class TrtRunner:
             self.cuda.free_host(ptr)
         self.device, self.pinned = {}, {}
         self.execute = self.context = None  # a profile serves one context at a time: let the next one have it
+
+
+class Timer:
+    """One engine's timed groups on its runner's stream (calib.runners.tensorrt.runner.TrtRunner.timer)."""
+
+    def __init__(self, runner: TrtRunner, samples: int, graph=None):
+        self.runner, self.samples, self.graph = runner, samples, graph
+        self.start, self.end = runner.cuda.event(), runner.cuda.event()
+
+    def run(self) -> None:
+        r = self.runner
+        if self.graph is not None:
+            r.cuda.launch(self.graph, r.stream)
+        else:
+            r.execute(r.stream)
+
+    def group(self, iters: int) -> float:
+        """Milliseconds per run over `iters` back-to-back runs."""
+        r = self.runner
+        r.cuda.record(self.start, r.stream)
+        for _ in range(iters):
+            self.run()
+        r.cuda.record(self.end, r.stream)
+        return r.cuda.elapsed_ms(self.start, self.end) / iters
+
+    def close(self) -> None:
+        if self.graph is not None:
+            self.runner.cuda.free_graph(self.graph)
+            self.graph = None
+
+
+def summary(per_run: list[float], samples: int, runs: int, cuda_graph: bool = False) -> dict:
+    """The latency row of timed groups: median, min and max ms per run, samples per second at the median."""
+    med = statistics.median(per_run)
+    return {"batch": samples, "median_ms": round(med, 4), "min_ms": round(min(per_run), 4),
+            "max_ms": round(max(per_run), 4), "throughput_per_s": round(samples * 1000.0 / med, 1),
+            "runs": runs, "cuda_graph": bool(cuda_graph)}

@@ -71,3 +71,36 @@ def cudaEventSynchronize(event):
 
 def cudaEventElapsedTime(start, end):
     return _OK, 25.0
+
+
+class cudaStreamCaptureMode(enum.IntEnum):
+    cudaStreamCaptureModeGlobal = 0
+    cudaStreamCaptureModeThreadLocal = 1
+    cudaStreamCaptureModeRelaxed = 2
+
+
+def cudaStreamBeginCapture(stream, mode):
+    SHARED.begin_capture()
+    return (_OK,)
+
+
+def cudaStreamEndCapture(stream):
+    return _OK, SHARED.end_capture()
+
+
+def cudaGraphInstantiate(graph, flags):
+    return _OK, graph
+
+
+def cudaGraphDestroy(graph):
+    return (_OK,)
+
+
+def cudaGraphLaunch(graph, stream):
+    SHARED.launch(graph, stream)
+    return (_OK,)
+
+
+def cudaGraphExecDestroy(graph):
+    SHARED.free_graph(graph)
+    return (_OK,)
