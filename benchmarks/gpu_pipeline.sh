@@ -26,6 +26,7 @@
 #               MobileNetV2 level 3 batch 32)
 #   l3-yolov8n-alt  YOLOv8n-320 at level 3, batch 4: implicit, calib-qdq, then fp16, each set timed in turns
 #               (benchmarks/alternate.py: plain and CUDA-graph figures); KEEP_ENGINES=1 on collect brings engines back
+#   l3-yolov8n-resume  calib-qdq beside the implicit and FP16 engines an earlier H100 lease brought back, in turns
 #   gpu-tests   pytest -m gpu tests/gpu (level 1), capped at TESTS_S
 set -uo pipefail; shopt -s nullglob
 P=/tmp/pipe R=/tmp/pipe/res
@@ -120,6 +121,16 @@ case $1 in
           timeout 300 python3.10 benchmarks/alternate.py $D --engines implicit,calib-qdq,fp16 --name alternate-3 \
             > "$R/alt-yolov8n-3.log" 2>&1
           ;;
+        l3-yolov8n-resume)  # the implicit and FP16 engines of an earlier H100 lease, carried back
+          # (benchmarks/gpu-stage/engines/h100-l3-b4, the same card only): calib-qdq built beside them, all three in turns
+          D=/tmp/qdq22/yolov8n-l3-b4 E=${ENGINES_DIR:-benchmarks/gpu-stage/engines/h100-l3-b4} T=benchmarks/trt86-h100/qdq-l3-graph/yolov8n-l3-b4
+          mkdir -p $D/work && cp $T/table.json $T/layers.json $T/profile.json $D/
+          for n in implicit fp16; do cp $E/yolov8n-l3-b4-$n.engine $D/work/$n.engine && cp $T/$n.engine.json $D/work/; done
+          QDQ_DEADLINE=5000 qdq yolov8n 3 4 calib-qdq $D 1000 > "$R/l3-yolov8n-b4.log" 2>&1
+          echo "exit $?" >> "$R/l3-yolov8n-b4.log"
+          timeout 300 python3.10 benchmarks/alternate.py $D --engines implicit,calib-qdq,fp16 --name alternate-3q \
+            > "$R/alt-yolov8n-3q.log" 2>&1
+          ;;
         gpu-tests)  # the GPU tests of the tree (level 1), capped at TESTS_S
           timeout "${TESTS_S:-400}" python3.10 -m pytest -m gpu ${GPU_TESTS:-tests/gpu} -q -p no:cacheprovider \
             > "$R/pytest-gpu.log" 2>&1
@@ -139,8 +150,8 @@ case $1 in
     mkdir -p "$R/qdq"
     for d in /tmp/qdq22/*/; do
       n=$(basename "$d"); mkdir -p "$R/qdq/$n"
-      for f in table.json table.md layers.json profile.json alternate*.json alternate*.md; do
-        [ -f "$d/$f" ] && cp "$d/$f" "$R/qdq/$n/"
+      for f in "$d"/table.json "$d"/table.md "$d"/layers.json "$d"/profile.json "$d"/alternate*.json "$d"/alternate*.md; do
+        cp "$f" "$R/qdq/$n/"
       done
       for f in "$d"/work/*.engine.json; do cp "$f" "$R/qdq/$n/"; done
     done
