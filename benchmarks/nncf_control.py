@@ -68,6 +68,7 @@ def main() -> None:
     ap.add_argument("--work", required=True, type=Path)
     ap.add_argument("--scorer", required=True)
     ap.add_argument("--max-drop", type=float, required=True)
+    ap.add_argument("--model-type", choices=["TRANSFORMER"], help="NNCF's model_type (its advice for transformers)")
     a = ap.parse_args()
     t0 = time.perf_counter()
     import nncf
@@ -92,14 +93,15 @@ def main() -> None:
     calibration = nncf.Dataset(cal, lambda item: item[1])
     validation = nncf.Dataset(val, lambda item: item)
     t1 = time.perf_counter()
-    plain = nncf.quantize(model, calibration, subset_size=len(cal))
+    kind = {"model_type": nncf.ModelType[a.model_type]} if a.model_type else {}
+    plain = nncf.quantize(model, calibration, subset_size=len(cal), **kind)
     plain_s = time.perf_counter() - t1
     plain_value = validate(plain, val)
     base = float_weighted(plain)
     t1 = time.perf_counter()
     res = nncf.quantize_with_accuracy_control(model, calibration, validation, validation_fn=validate,
                                               max_drop=a.max_drop, drop_type=nncf.DropType.ABSOLUTE,
-                                              subset_size=len(cal))
+                                              subset_size=len(cal), **kind)
     control_s = time.perf_counter() - t1
     value = validate(res, val)
     reverted = sorted(float_weighted(res) - base)
