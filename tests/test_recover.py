@@ -404,3 +404,24 @@ def test_a_share_of_the_time_left():
     t = c.share(0.25)
     assert abs(t - (time.monotonic() + 0.25 * (c.deadline - time.monotonic()))) < 0.05
     assert Clock(None).share(0.25) is None
+
+
+def test_deploy_fp16_searches_the_fp16_int8_model(tmp_path):
+    """--deploy fp16 judges the FP16+INT8 model (TensorRT 11's only INT8 form): its float layers run in FP16, whose
+    rounding caps the outputs' SQNR far below 100 dB; the Q/DQ model's float layers are FP32 and reach it. With
+    --precision fp32 the FP16+INT8 model keeps the fallback's layers in FP32 and reaches it too."""
+    m = sensitive(tmp_path / "s.onnx")
+    runs = {}
+    for name, extra in (("qdq", ["--deploy", "qdq"]), ("fp16", ["--deploy", "fp16"]),
+                        ("fp16-fp32", ["--deploy", "fp16", "--precision", "fp32"])):
+        (tmp_path / name).mkdir()
+        r, out = _recover(tmp_path / name, m, "--target", "out_sqnr_db>=100", "--steps", "none", *extra)
+        assert r.exit_code == 0, r.output
+        runs[name] = json.loads((out / "recover.json").read_text())
+    assert runs["qdq"]["met"] and runs["fp16-fp32"]["met"]
+    assert not runs["fp16"]["met"] and runs["fp16"]["value"] < 100
+    assert runs["fp16"]["simulated"] == "fp16" and runs["qdq"]["simulated"] == "qdq"
+    assert all(f["precision"] == "fp32" for f in runs["fp16-fp32"]["float_layers"])
+    # both convs in FP16: FP16's 11-bit significand rounds each output to about 70 dB (71.3 measured)
+    assert 60 < runs["fp16"]["value"] < 80
+    assert "the FP16+INT8 model (--deploy fp16" in (tmp_path / "fp16" / "out" / "recover.md").read_text()

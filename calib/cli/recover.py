@@ -139,8 +139,10 @@ RECIPE_ONLY_FLAGS = ("data", "task", "head", "charset", "metric", "postprocess",
                    "target alone), or the outputs' SQNR gain with each alone in float.")
 @click.option("--precision", type=click.Choice(["fp16", "fp32"]), default="fp16", show_default=True,
               help="What the fallback keeps layers in.")
-@click.option("--deploy", type=click.Choice(["implicit", "qdq"]), default="implicit", show_default=True,
-              help="The build simulated: implicit INT8 from the cache, or the Q/DQ model.")
+@click.option("--deploy", type=click.Choice(["implicit", "qdq", "fp16"]), default="implicit", show_default=True,
+              help="The build simulated: implicit INT8 from the cache, the Q/DQ model, or the FP16+INT8 model "
+                   "(fp16: TensorRT 10/11 strongly typed, the only INT8 form TensorRT 11 builds; float layers in "
+                   "FP16, or FP32 with --precision fp32).")
 @click.option("--engine-layers", type=click.Path(exists=True, dir_okay=False),
               help="An engine's JSON sidecar or inspector JSON: simulate what that engine runs in INT8/FP16/FP32.")
 @click.option("--time-budget", metavar="DURATION",

@@ -51,9 +51,11 @@ class Fp16Model:
 
 def make_fp16_model(model: onnx.ModelProto, amax: dict, ranges: dict | None = None, ranges_from: str | None = None,
                     exclude: Exclusions = Exclusions(), int8_weights: bool = False, io_type: str = "fp32",
-                    stem_output: bool = True, label: str | None = None, tail: bool = True) -> Fp16Model:
+                    stem_output: bool = True, label: str | None = None, tail: bool = True,
+                    fp32: tuple = ()) -> Fp16Model:
     """The FP16+INT8 model of `model` with activation amax `amax`. `ranges`: tensor -> absolute maximum over the
-    calibration pass (None: the amax table stands in, a lower bound); layers in `exclude` stay float (FP16)."""
+    calibration pass (None: the amax table stands in, a lower bound); layers in `exclude` stay float (FP16); the
+    nodes named in `fp32` stay FP32 (a fallback that keeps layers in FP32)."""
     m19 = at_qdq_opset(model, label, FP16_QDQ_OPSET)
     q = insert_qdq(m19, amax, exclude, int8_weights=int8_weights, label=label, stem_output=stem_output)
     if ranges is None:
@@ -63,7 +65,9 @@ def make_fp16_model(model: onnx.ModelProto, amax: dict, ranges: dict | None = No
     kept = fp32_layers(q, ranges, ranges_from or "the calibration pass", tail=tail)
     if io_type == "fp16":
         _warn_io_past_fp16(q, ranges, label)
-    res: Fp16Result = to_fp16(q, {k.node: f"{k.rule}: {k.reason}" for k in kept}, io_type)
+    keep = {n: "kept in FP32 (asked)" for n in fp32}
+    keep.update({k.node: f"{k.rule}: {k.reason}" for k in kept})
+    res: Fp16Result = to_fp16(q, keep, io_type)
     check(res.model, label, q)
     fixed = {n: why for n, why in res.fp32_nodes.items() if n not in {k.node for k in kept}}
     return Fp16Model(res.model, kept, fixed, res.casts, ranges_from or "the calibration pass")

@@ -42,12 +42,16 @@ def _chunks(batch: dict, step: int):
 class Measure:
     """`model`: the FP32 ModelProto; `info`: its ModelInfo with the layout the data is fed in; `source`: the
     evaluation samples; `micro`: samples per run (the model's fixed batch wins); `precision`: the deployed
-    engine's calib.deploy.precision.PrecisionModel (None: calib's Q/DQ placement)."""
+    engine's calib.deploy.precision.PrecisionModel (None: calib's Q/DQ placement); `fp16`: the calibration pass's
+    ranges (tensor -> absolute maximum) where the deployed model is the FP16+INT8 one (TensorRT 10/11, strongly
+    typed), whose float layers run in FP16 (in FP32 where `fp32_fallback`, or where FP16 cannot hold them)."""
 
     def __init__(self, model: onnx.ModelProto, info: ModelInfo, source, task: str = "outputs",
                  detection: DetectionSpec = DetectionSpec(), hook=None, user=None, micro: int = 8,
-                 precision=None, label: str = "evaluation data", hint: str = "--limit"):
+                 precision=None, label: str = "evaluation data", hint: str = "--limit", fp16: dict | None = None,
+                 fp32_fallback: bool = False):
         self.model, self.info, self.task, self.detection = initializers_not_inputs(model), info, task, detection
+        self.fp16, self.fp32_fallback = fp16, fp32_fallback
         self.hook, self.user, self.precision = hook, user, precision
         self.threads = 0  # ONNX Runtime's threads per run (0: its default; 1 on a pool's worker, one CPU each)
         self.fixed = fixed_batch(info)
@@ -99,6 +103,9 @@ class Measure:
         """The simulated INT8 model: `amax` scales, `float_layers` kept in float, on `model`'s weights (default:
         the FP32 model's)."""
         base = self.qmodel if model is None else at_qdq_opset(initializers_not_inputs(model))
+        if self.fp16 is not None:
+            return fp16_variant(base, amax, self.precision, tuple(sorted(float_layers)), self.fp16,
+                                self.fp32_fallback)
         return simulated_model(base, amax, self.precision, Exclusions(tuple(sorted(float_layers))))
 
     def tally(self, outs: list[dict], name: str = "int8", reference: bool = False) -> TaskScores:
@@ -152,3 +159,20 @@ def oriented(value, sign: float) -> float:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return -math.inf
     return sign * float(value)
+
+
+def fp16_variant(model: onnx.ModelProto, amax: dict, precision, float_layers: tuple, ranges: dict,
+                 fp32_fallback: bool = False) -> onnx.ModelProto:
+    """The FP16+INT8 model (calib.quantize.fp16_model) with `float_layers` out of INT8, emulated in FP32 with FP16's
+    roundings for ONNX Runtime's CPU (calib.deploy.emulate): as TensorRT 10/11 run the model `calib cache convert
+    --float-type fp16` writes."""
+    from calib.deploy.emulate import emulated
+    from calib.quantize.fp16_model import make_fp16_model
+    from calib.quantize.qdq import quantizable_layers
+
+    names = float_layers
+    if precision is not None and precision.mode == "explicit":  # what the explicit engine leaves in float anyway
+        names += tuple(precision.float_nodes(quantizable_layers(model)))
+    f = make_fp16_model(model, amax, ranges, "the calibration pass", exclude=Exclusions(names),
+                        fp32=float_layers if fp32_fallback else ())
+    return emulated(f.model)

@@ -90,13 +90,15 @@ class Recovery:
         del stats
         from calib.pipeline import deployed_precision
 
-        pm = deployed_precision(self.model_path, spec.deploy, spec.engine_layers, "--engine-layers")
+        fp16 = spec.deploy == "fp16"  # the FP16+INT8 model: calib's Q/DQ placement, float layers in FP16
+        pm = deployed_precision(self.model_path, "qdq" if fp16 else spec.deploy, spec.engine_layers, "--engine-layers")
         # below opset 13 converted once (names kept): every variant's weights are this model's
         proto = at_qdq_opset(initializers_not_inputs(load_model(self.model_path)), str(self.model_path))
         t = time.monotonic()
         self.measure = Measure(proto, self.info, self.eval_source, self.ev.task, self.ev.detection, self.ev.hook,
                                self.ev.user, self.micro, pm, hint=(self.option_names or {}).get(
-                                   "evaluation_data.limit", "evaluation_data.limit"))
+                                   "evaluation_data.limit", "evaluation_data.limit"),
+                               fp16=self.ranges if fp16 else None, fp32_fallback=spec.precision == "fp32")
         state = State(proto, algos[0], self.amaxes[algos[0]])
         pts, figs = self.measure.figures(state.scales(), (), proto)
         one = time.monotonic() - t
@@ -238,7 +240,7 @@ class Recovery:
                                   "alone_in_float": self.sign * gain[n]["all_but_this"]
                                   if "all_but_this" in gain.get(n, {}) else None} for n in state.float_layers],
                 "int8_macs_share": int8_share(self.macs, state.float_layers),
-                "steps": self.steps, "all_int8": self.all_int8, "fallback_curve": self.curve, "deploy": self.spec.deploy,
+                "steps": self.steps, "all_int8": self.all_int8, "fallback_curve": self.curve, "simulated": self.spec.deploy,
                 "evaluation_samples": self.measure.samples, "calibration_samples": samples,
                 "ranking_samples": self.ranked_on,
                 "variants_measured": self.measure.runs, "seconds": round(self.clock.elapsed(), 1),

@@ -15,6 +15,9 @@ from calib.version import __version__
 
 log = logging.getLogger(__name__)
 CACHE = "recovered.cache"
+SIMULATED = {"implicit": "the implicit INT8 engine built from the cache (--deploy implicit)",
+             "qdq": "the engine built from the Q/DQ model (--deploy qdq)",
+             "fp16": "the FP16+INT8 model (--deploy fp16: TensorRT 10/11 strongly typed, float layers in FP16)"}
 
 
 def _fmt(v) -> str:
@@ -103,7 +106,8 @@ def summary_line(res: dict) -> str:
 def markdown(res: dict) -> str:
     lines = [f"# Recovery: {Path(res['model']).name}", "",
              f"Target: **{res['target']}** on {res['evaluation_samples']} held-out samples "
-             f"({res['calibration_samples']} calibration samples); FP32: {_fmt(res['fp32_value'])}.", "",
+             f"({res['calibration_samples']} calibration samples); FP32: {_fmt(res['fp32_value'])}. Every figure "
+             f"is of {SIMULATED.get(res.get('simulated'), 'the deployed build')}, simulated on the CPU.", "",
              f"**{summary_line(res)}**", ""]
     lines += ["## Steps", "", "Each step is measured on the held-out samples (95 % bootstrap interval) and kept "
               "only where it raises the target figure.", "",

@@ -25,7 +25,7 @@ class RecoverSpec:
     rank_by: str = "noise"  # noise | metric | sqnr: what orders the layers (sqnr: the outputs' SQNR gain first;
     # noise: the noise each layer adds alone in INT8)
     precision: str = "fp16"  # what the fallback keeps layers in
-    deploy: str = "implicit"  # the build simulated: implicit (the cache) or qdq
+    deploy: str = "implicit"  # the build simulated: implicit (the cache), qdq, or fp16 (the FP16+INT8 model)
     engine_layers: str | None = None
     time_budget: float | None = None  # seconds
     trt_version: str = "8600"
