@@ -90,3 +90,22 @@ def test_cuda_graph_timings_say_so_and_int8_pays_there():
     assert (v["engine"], v["against"], v["verdict"], v["speedup"]) == ("implicit", "fp16", "pays", round(0.4924 / 0.4422, 3))
     items = worth_blocks({"model_sha256": t["sha256"][0]})[2][1]
     assert any(i.startswith("NVIDIA H100, TensorRT 8.6.0, builder level 3, batch 4, timed as CUDA graphs") for i in items)
+
+
+def test_engine_section_judges_on_cuda_graph_figures_where_both_have_them():
+    """The H100 table (level 3, batch 4): enqueued, implicit INT8 ties with FP16 (0.7209 against 0.7358 ms in turns);
+    as CUDA graphs it pays (0.4738 against 0.5339)."""
+    from calib.evaluate.report import _engine_blocks, engine_rows
+
+    def lat(ms, graph):
+        return {"latency": {"median_ms": ms}, "graph_latency": {"median_ms": graph}, "layer_summary": {"int8": 3}}
+
+    report = {"tensorrt": {"tensorrt": "8.6.0", "gpu": "NVIDIA H100", "batch": 4,
+                           "engines": {"trt-fp16": lat(0.7358, 0.5339), "trt-minmax": lat(0.7209, 0.4738)}}}
+    row = next(r for r in engine_rows(report) if r["engine"] == "trt-minmax")
+    assert row["x_vs_fp16"] == pytest.approx(0.7358 / 0.7209) and row["x_vs_fp16_graph"] == pytest.approx(0.5339 / 0.4738)
+    blocks = _engine_blocks(report)
+    assert blocks[-1][1] == ["`trt-minmax` pays: 1.13x the FP16 engine's speed at batch 4 as CUDA graphs."]
+    kind, head, cells = blocks[2]
+    assert kind == "table" and head[5:7] == ["as CUDA graphs: ms", "vs FP16"]
+    assert cells[1][5:7] == ["0.474", "1.127"], cells[1]  # the report rounds to 4 significant digits

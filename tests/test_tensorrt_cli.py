@@ -165,6 +165,7 @@ output: out
     assert t["engines"]["trt-int8-minmax"]["calibrator"]["batches"] == 0  # fed from calib's cache
     assert t["engines"]["trt-int8-tensorrt-minmax"]["calibrator"]["batches"] == 3  # 24 samples / 8
     assert t["engines"]["trt-int8-minmax"]["layers_set"] and t["layer_precisions"] == ["op:Gemm=fp32"]
+    assert all(e["graph_latency"]["cuda_graph"] for e in t["engines"].values())  # timed as CUDA graphs too
     configs = rep["evaluation"]["configs"]
     assert {"minmax@engine", "percentile@engine", "trt-fp16"} <= set(configs)
     fp32_sqnr = configs["trt-fp32"]["outputs"]["logits"]["sqnr_db"]  # stand-in engines run FP32: identical outputs
@@ -179,7 +180,7 @@ output: out
     assert eng.is_file() and json.loads(eng.with_name(eng.name + ".json").read_text())["latency"]["batch"] == 8
     assert (out / "tensorrt-minmax.cache").is_file() and (out / "tensorrt-minmax.json").is_file()
     md = (out / "report.md").read_text()
-    assert "## TensorRT engines (8.6.0" in md and "trt-int8-percentile" in md
+    assert "## TensorRT engines (8.6.0" in md and "trt-int8-percentile" in md and "as CUDA graphs: ms" in md
     assert "## Worst layers (trt-int8-percentile-marked: a perturbed engine)" in md
     assert rep["summary"]["best"] in ("minmax", "percentile")  # the Q/DQ model comes from an algorithm
     prof = t["engines"]["trt-int8-minmax"]["profile"]  # every INT8 engine profiled per layer (IProfiler)
