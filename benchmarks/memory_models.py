@@ -2,8 +2,8 @@
 tests/thirdparty/runs.py) and every zoo model that installs without extras, each at its native input size, with
 the `calib calibrate` and `calib evaluate` (four caches, per-layer comparison on) commands a user would type.
 
-A job is one command in a fresh interpreter: its peak RSS is the process's own high-water mark (getrusage
-RUSAGE_SELF after the command, what /usr/bin/time -v calls "Maximum resident set size"); calib's estimate of that
+A job is one command in a fresh interpreter: its peak RSS is the process's own high-water mark (VmHWM after the
+command; what /usr/bin/time -v calls "Maximum resident set size"); calib's estimate of that
 peak is the largest `estimated peak` calib.runners.budget logged while sizing the command's runs (the same number
 that refuses a run over the budget)."""
 from __future__ import annotations
@@ -27,6 +27,19 @@ class Job:
     model: str  # its name (zoo or third-party)
     step: str  # calibrate | evaluate
     args: tuple  # calib's arguments, paths as strings
+
+
+def peak_rss() -> int:
+    """This process image's peak RSS: VmHWM (getrusage's maxrss keeps the forking parent's RSS across exec when
+    that was larger), else getrusage."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 def worker(argv: list[str]) -> dict:
@@ -54,8 +67,7 @@ def worker(argv: list[str]) -> dict:
     except Exception as exc:  # calib's own errors (a budget refusal): reported as the job's outcome
         code, seen_error = 2, f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
         print(seen_error, file=sys.stderr)
-    return {"seconds": time.perf_counter() - t0, "rc": code,
-            "peak": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+    return {"seconds": time.perf_counter() - t0, "rc": code, "peak": peak_rss(),
             "estimate": max(seen) if seen else None, "parts": parts}
 
 

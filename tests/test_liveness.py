@@ -90,7 +90,10 @@ try:
     main(["--quiet", *sys.argv[1:]], standalone_mode=False)
 except SystemExit as exc:
     assert not exc.code, exc.code
-print(json.dumps({"peak": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "estimate": max(seen)}))
+# VmHWM: this process image's own high-water mark (getrusage's maxrss keeps the forking parent's RSS across exec)
+hwm = [int(l.split()[1]) * 1024 for l in open("/proc/self/status") if l.startswith("VmHWM:")]
+print(json.dumps({"peak": hwm[0] if hwm else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+                  "estimate": max(seen)}))
 """
 
 
