@@ -1,10 +1,12 @@
 """How many samples one ONNX Runtime run may hold within a memory budget, and the peak RSS that comes to.
 
-The estimate of a command's peak is what the process holds when its runs are sized (its RSS then), plus the
-runtime it has yet to load (ONNX Runtime's sessions and threads, the compiled statistics and comparison kernels,
-the histograms), the weights each session keeps, the batches read ahead, and the activations of one run: the bytes
-alive at once at its worst node (calib.quantize.liveness, from ONNX shape inference before any data is read), not a
-flat sum of every activation.
+The estimate of a command's peak is what the process holds when its runs are sized (its RSS then, freed memory
+handed back first and the compiled kernels' loading thread finished), plus the runtime it has yet to load (the
+compiled statistics and comparison kernels where they are not loaded yet, ONNX Runtime's sessions, the
+histograms, the report), the weights each session keeps, the batches read ahead, and the activations of one run:
+the bytes alive at once at its worst node (calib.quantize.liveness, from ONNX shape inference before any data is
+read), not a flat sum of every activation. The sessions take and give back each tensor on its own (no memory
+pattern: calib.runners.onnxruntime), as the liveness walk counts them.
 
 - The statistics pass returns every activation it reads (the Relu outputs it derives are not read): those stay
   until the run ends, the others die after their last reader; the collector works on one tensor at a time.
@@ -22,39 +24,48 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Collection, Sequence
-from dataclasses import dataclass
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, replace
 
 import onnx
 
-from calib.io.memory import MB, Budget, rss_mb, size_text
+from calib.io.memory import MB, Budget, release, rss_mb, size_text
 from calib.quantize.liveness import groups as tensor_groups
 from calib.quantize.liveness import peak_bytes
 from calib.quantize.model import ModelInfo
 from calib.quantize.shapes import activation_sizes, dims_text
+from calib.stats.histogram import DEFAULT_BINS, TRT_BINS
 
 log = logging.getLogger(__name__)
 
-READ_AHEAD = 4  # batches of input in flight: two queued by the reader, one being read, one in the model
 MAX_GROUPS = 16  # past this many runs of the model per sample, a smaller input is the better way out
+# numba's import (69 MB) and its first kernel's set-up with its threads (65 MB), measured; counted where the
+# kernels are not loaded when the runs are sized (calib.stats.warmup.loaded)
+KERNELS = 135 * MB
 
 
 @dataclass(frozen=True)
 class Cost:
-    """What a command's runs hold besides their activations: bytes per byte of weights in each session (its
-    initializers and their pre-packed copies), bytes each session holds whatever its weights (its graph and
-    allocation plan), and the runtime the command loads once (threads, compiled kernels, statistics, a hook)."""
+    """What a command's runs hold besides the tensors the liveness walk counts: bytes per byte of weights in each
+    session (its initializers and their pre-packed copies), bytes each session holds whatever its weights (its
+    graph and allocation plan), the runtime the command loads once besides the compiled kernels (statistics, the
+    report, a hook), the batches of input in flight, and ONNX Runtime's own buffers beside the tensors a graph
+    names (layout copies, kernels' scratch, its arena's rounding), as a share of those tensors."""
 
     per_weight: float
     per_session: int
     overhead: int
+    read_ahead: int
+    scratch: float = 0.0
 
 
-# fitted on benchmarks/RESULTS_MEMORY.md's models: the pass held 80-190 MB past its RSS at sizing and its
-# activations (most of it the read-ahead and weights counted below); the evaluation 190 MB plus 1.75 x the weights
-# per session (5 sessions: FP32 and four caches), 300 MB with a postprocess hook; a session of a 7 MB model 23 MB
-PASS = Cost(per_weight=2.0, per_session=0, overhead=130 * MB)
-EVALUATION = Cost(per_weight=2.0, per_session=12 * MB, overhead=300 * MB)
+# Fitted on benchmarks/RESULTS_MEMORY.md's models (see there). The pass reads ahead on a thread: two batches
+# queued by the reader, one being read, one in the model; its overhead here is besides its histograms
+# (histogram_bytes). The evaluation reads in its loop: the batch in the model, and the next one's images and their
+# stacked copy while it is read; its runs held 1-10 % more than the liveness walk counts (YOLOv8n and PP-LCNet 9 %,
+# YOLOv3-tiny and MiniLM 1-3 %); its overhead is the report, the bootstrap's chunks and the per-sample sums.
+PASS = Cost(per_weight=2.0, per_session=0, overhead=40 * MB, read_ahead=4)
+EVALUATION = Cost(per_weight=2.0, per_session=12 * MB, overhead=80 * MB, read_ahead=3, scratch=0.1)
 
 
 @dataclass(frozen=True)
@@ -68,8 +79,16 @@ class Plan:
 
 
 def held_now() -> int:
+    """What the process holds now, the compiled kernels included where they are not loaded yet: its RSS once the
+    kernels' loading thread has finished (its memory then in the RSS whole, never in part) and freed memory is
+    handed back (set-up garbage such as a converted model's copies sits in the C heap until then, and the runs
+    reuse it rather than adding to it)."""
+    from calib.stats import warmup
+
+    warmup.wait()
+    release()
     mb = rss_mb()
-    return int(mb * MB) if mb is not None else 200 * MB
+    return (int(mb * MB) if mb is not None else 200 * MB) + (0 if warmup.loaded() else KERNELS)
 
 
 def run_samples(budget: Budget, cost: Cost, per_sample: int, weights: int, input_bytes: int, batch: int,
@@ -79,20 +98,21 @@ def run_samples(budget: Budget, cost: Cost, per_sample: int, weights: int, input
     input, data read `batch` samples at a time, `weights` bytes of weights in each of `sessions` sessions. With
     `fixed` (a model's fixed batch) every run holds exactly that many: the budget must hold one such run. A budget
     too small is a BudgetError, raised before any work (`hint`: another way out, added to its message). `now`:
-    what the process holds already (default: its RSS now)."""
+    what the process holds already, the compiled kernels included (default: held_now())."""
     return plan(budget, cost, per_sample, weights, input_bytes, batch, what, fixed, sessions, now, hint).samples
 
 
 def fixed_bytes(cost: Cost, weights: int, input_bytes: int, batch: int, sessions: int, now: int | None) -> int:
-    """What a command holds besides its runs' activations."""
+    """What a command holds besides its runs' activations (`now`: what the process holds, kernels included)."""
     return ((held_now() if now is None else now) + int(cost.per_weight * weights + cost.per_session) * sessions
-            + cost.overhead + READ_AHEAD * batch * input_bytes)
+            + cost.overhead + cost.read_ahead * batch * input_bytes)
 
 
 def plan(budget: Budget, cost: Cost, per_sample: int, weights: int, input_bytes: int, batch: int, what: str,
          fixed: int | None = None, sessions: int = 1, now: int | None = None, hint: str = "",
          groups: list | None = None) -> Plan:
     """run_samples, with the estimated peak of the command (logged, with `extra` estimate for tools)."""
+    now = held_now() if now is None else now
     held = fixed_bytes(cost, weights, input_bytes, batch, sessions, now)
     room = max(1, (budget.limit - held) // max(1, per_sample))
     run = fixed or max(1, min(room, batch))
@@ -101,7 +121,7 @@ def plan(budget: Budget, cost: Cost, per_sample: int, weights: int, input_bytes:
     log.log(logging.INFO if fits else logging.DEBUG,
             "%s: estimated peak %s (%s held, %s of activations per sample%s)", what, size_text(estimate),
              size_text(held), size_text(per_sample), f", {len(groups)} groups of tensors" if groups else "",
-             extra={"estimate": estimate, "parts": {"now": held_now() if now is None else now, "held": held,
+             extra={"estimate": estimate, "parts": {"now": now, "held": held,
                                                     "per_sample": per_sample, "run": run,
                                                     "groups": len(groups) if groups else 1}})
     if fixed:
@@ -163,17 +183,32 @@ def outputs_bytes(proto: onnx.ModelProto, info: ModelInfo, sizes: dict) -> int:
                                                                                                 default=0)
 
 
+def histogram_bytes(tensors: int, signed: int, nbins: int = DEFAULT_BINS) -> int:
+    """What the pass's statistics keep (calib.stats.histogram): per tensor `nbins` int64 counts and TensorRT's own
+    grid, and for each of `signed` tensors (a derived Relu's input) the counts of its negative values besides."""
+    return 8 * (tensors * (nbins + TRT_BINS) + signed * nbins)
+
+
+def _with_scratch(per_sample: int) -> int:
+    """An evaluation run's bytes per sample with ONNX Runtime's own buffers (EVALUATION.scratch)."""
+    return int(per_sample * (1.0 + EVALUATION.scratch))
+
+
 def pass_samples(proto: onnx.ModelProto, info: ModelInfo, budget: Budget, batch_size: int, fixed: int | None,
-                 batch: dict | None = None, derived: Collection[str] = ()) -> int | None:
-    """Samples per run of the statistics pass within `budget` (`derived`: activations the pass does not read);
-    None where the input sizes are known only from the first batch (then give that `batch`)."""
+                 batch: dict | None = None, derived: Mapping[str, tuple] | None = None,
+                 nbins: int = DEFAULT_BINS) -> int | None:
+    """Samples per run of the statistics pass within `budget` (`derived`: activations the pass does not read ->
+    (the input they follow from, ...), calib.calibrate.relu_outputs; `nbins`: the histograms' bins); None where
+    the input sizes are known only from the first batch (then give that `batch`)."""
     dims = {k: v.shape for k, v in batch.items()} if batch is not None else None
     sizes = activation_sizes(proto, info, dims)
     if sizes is None:
         return None
-    per = pass_bytes(proto, info, sizes, [n for n in info.activations if n not in set(derived)])
-    return run_samples(budget, PASS, per, weight_bytes(info), input_bytes(info, batch), batch_size,
-                       f"the calibration pass of {describe(info, batch)}", fixed)
+    derived = derived or {}
+    per = pass_bytes(proto, info, sizes, [n for n in info.activations if n not in derived])
+    stats = histogram_bytes(len(info.activations), len({v[0] for v in derived.values()}), nbins)
+    return run_samples(budget, replace(PASS, overhead=PASS.overhead + stats), per, weight_bytes(info),
+                       input_bytes(info, batch), batch_size, f"the calibration pass of {describe(info, batch)}", fixed)
 
 
 def evaluation_plan(model_path, info: ModelInfo, budget: Budget, batch_size: int, fixed: int | None,
@@ -189,6 +224,7 @@ def evaluation_plan(model_path, info: ModelInfo, budget: Budget, batch_size: int
     dims = {k: v.shape for k, v in batch.items()} if batch is not None else None
     if dims is None and any(d is None for n, s, _ in info.inputs for d in info.layout.canonical_dims(n, s)[1:]):
         return None
+    now = held_now()  # before the model is loaded here: that copy is gone when the runs start
     proto = load_model(model_path)
     sizes = activation_sizes(proto, info, dims)
     if sizes is None:
@@ -196,21 +232,21 @@ def evaluation_plan(model_path, info: ModelInfo, budget: Budget, batch_size: int
     what = f"the evaluation of {describe(info, batch)}"
     weights, inputs = weight_bytes(info), input_bytes(info, batch)
     if not layerwise:
-        return plan(budget, EVALUATION, outputs_bytes(proto, info, sizes), weights, inputs, batch_size, what, fixed,
-                    sessions)
+        return plan(budget, EVALUATION, _with_scratch(outputs_bytes(proto, info, sizes)), weights, inputs,
+                    batch_size, what, fixed, sessions, now)
     names = list(info.activations)
     total = sum(sizes.get(n, 0) for n in names)
     one = fixed or 1
     for k in range(1, MAX_GROUPS + 1):
         parts = tensor_groups(names, sizes, -(-total // k)) if k > 1 else [names]
-        per = max(layerwise_bytes(proto, info, sizes, g) for g in parts)
-        held = fixed_bytes(EVALUATION, weights, inputs, batch_size, sessions * len(parts), None)
+        per = _with_scratch(max(layerwise_bytes(proto, info, sizes, g) for g in parts))
+        held = fixed_bytes(EVALUATION, weights, inputs, batch_size, sessions * len(parts), now)
         if held + per * one <= budget.limit or k == MAX_GROUPS:
             hint = ""
             if switch:
-                need = fixed_bytes(EVALUATION, weights, inputs, batch_size, sessions, None) + \
-                    outputs_bytes(proto, info, sizes) * one
+                need = fixed_bytes(EVALUATION, weights, inputs, batch_size, sessions, now) + \
+                    _with_scratch(outputs_bytes(proto, info, sizes)) * one
                 hint = f"{switch} (the outputs compared, not every layer: about {size_text(need)})"
             return plan(budget, EVALUATION, per, weights, inputs, batch_size, what, fixed, sessions * len(parts),
-                        hint=hint, groups=parts if len(parts) > 1 else None)
+                        now, hint, parts if len(parts) > 1 else None)
     raise AssertionError("unreachable")
