@@ -302,6 +302,7 @@ def test_ppocr_rec_is_ranked_on_string_match(thirdparty_root, work):
     rep = f["report"]
     decision, rows = rep["summary"]["decision"], rep["summary"]["rows"]
     assert decision["metric"] == "exact_match_vs_fp32" and rep["evaluation"]["samples"] == 12
+    assert "--memory-budget" not in runs.STREAM_CASES["ppocr-rec"].flags  # the default budget holds it
     facts = runs.qdq_facts(f["qdq"][decision["ship"]])
     assert facts["weighted"] == facts["quantized"] >= 38, facts
     photos = sorted(f["ev"].iterdir())
