@@ -102,7 +102,8 @@ def evaluate(model, caches: dict, source, task: str = "outputs", detection: Dete
     fixed, budget = fixed_batch(info), memory_budget or Budget()
     read = getattr(source, "batch_size", batch_size)
     switch = (option_names or {}).get("layerwise", "layerwise=False")
-    plan = evaluation_plan(model, info, budget, read, fixed, 1 + len(configs), layerwise=layerwise, switch=switch)
+    plan = evaluation_plan(model, info, budget, read, fixed, 1 + len(configs), layerwise=layerwise, switch=switch,
+                           engines=len(engines))
     sim = None if plan is None else Simulator(model, info, configs, exclude, layerwise, micro_batch=plan.samples,
                                               precision=precision, fixed=fixed, groups=plan.groups)
     names = list(configs) + list(engines)
@@ -121,7 +122,7 @@ def evaluate(model, caches: dict, source, task: str = "outputs", detection: Dete
                 check_batch(batch, info, getattr(source, "label", "evaluation data"), option_names)
             if sim is None:  # the input sizes known only now: the plan, then the sessions
                 plan = evaluation_plan(model, info, budget, read, fixed, 1 + len(configs), batch, layerwise,
-                                       switch)
+                                       switch, len(engines))
                 sim = Simulator(model, info, configs, exclude, layerwise, micro_batch=plan.samples,
                                 precision=precision, fixed=fixed, groups=plan.groups)
             gs = [group_of(s, n + j) for j, s in enumerate(samples)]

@@ -175,6 +175,10 @@ def layerwise_bytes(proto: onnx.ModelProto, info: ModelInfo, sizes: dict, group:
     return held + peak_bytes(list(proto.graph.node), sizes, _given(info), kept) + max(sizes.values(), default=0)
 
 
+def _output_bytes(info: ModelInfo, sizes: dict) -> int:
+    return sum(sizes.get(n, 0) for n in info.outputs)
+
+
 def outputs_bytes(proto: onnx.ModelProto, info: ModelInfo, sizes: dict) -> int:
     """One sample's bytes at the worst moment of an evaluation of the outputs only: FP32's outputs held while a
     simulation runs (and one dequantized copy)."""
@@ -213,12 +217,13 @@ def pass_samples(proto: onnx.ModelProto, info: ModelInfo, budget: Budget, batch_
 
 def evaluation_plan(model_path, info: ModelInfo, budget: Budget, batch_size: int, fixed: int | None,
                     sessions: int, batch: dict | None = None, layerwise: bool = True,
-                    switch: str | None = None) -> Plan | None:
+                    switch: str | None = None, engines: int = 0) -> Plan | None:
     """Samples per run of the evaluation (FP32 and `sessions` - 1 INT8 simulations; with `layerwise` every
     activation compared, in as few groups of tensors as one run's samples fit in) within `budget`; None where the
     input sizes are known only from the first batch (then give that `batch`). `switch`: what turns the per-layer
     comparison off where the caller has it (e.g. --no-layerwise), named with what that needs when even the
-    smallest groups do not fit."""
+    smallest groups do not fit. `engines`: how many runners besides (made already, so their sessions are in what
+    the process holds) run on each whole batch, outputs only."""
     from calib.quantize.model import load_model
 
     dims = {k: v.shape for k, v in batch.items()} if batch is not None else None
@@ -231,6 +236,8 @@ def evaluation_plan(model_path, info: ModelInfo, budget: Budget, batch_size: int
         return None
     what = f"the evaluation of {describe(info, batch)}"
     weights, inputs = weight_bytes(info), input_bytes(info, batch)
+    if engines:  # one engine's run on a whole batch at a time (they share the simulations' arena), and their outputs
+        now += (_with_scratch(outputs_bytes(proto, info, sizes)) + engines * _output_bytes(info, sizes)) * batch_size
     if not layerwise:
         return plan(budget, EVALUATION, _with_scratch(outputs_bytes(proto, info, sizes)), weights, inputs,
                     batch_size, what, fixed, sessions, now)

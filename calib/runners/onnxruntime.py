@@ -30,6 +30,18 @@ def _register_lean_arena() -> None:
         log.debug("lean arena not registered: %s", exc)
 
 
+def lean_options(so: ort.SessionOptions) -> ort.SessionOptions:
+    """`so` for a session that takes its tensors from the one CPU arena all such sessions share (it grows by what is
+    asked, not by powers of two) and takes and gives back each tensor on its own (calib.quantize.liveness's model
+    of a run): a memory pattern is one block per session and input shape for all of a run's intermediates, which
+    the shared arena cannot reuse for another session's tensors (tests/test_budget.py's 512x512 conv net evaluated
+    with two caches in runs of 3: peak 0.68 GB without, 0.99-1.05 GB with)."""
+    _register_lean_arena()
+    so.add_session_config_entry("session.use_env_allocators", "1")
+    so.enable_mem_pattern = False
+    return so
+
+
 def whole(exc: BaseException, limit: int = 2000) -> str:
     """ONNX Runtime's message on one line, every line of it kept (the one naming the input and the dimension
     comes after the first): lines joined with ' | ', cut only past `limit` characters."""
@@ -77,13 +89,9 @@ class OrtRunner:
         so.log_severity_level = 3
         if not arena:
             so.enable_cpu_mem_arena = False
-        if lean and arena:  # one arena that grows by what is asked, not by powers of two: steady, lower peak memory
-            _register_lean_arena()
-            so.add_session_config_entry("session.use_env_allocators", "1")
-        if lean:  # each tensor taken and given back on its own (calib.quantize.liveness's model of a run): a memory
-            # pattern is one block per session and input shape for all of a run's intermediates, which the shared
-            # arena cannot reuse for another session's tensors (tests/test_budget.py's 512x512 conv net evaluated
-            # with two caches in runs of 3: peak 0.68 GB without, 0.99-1.05 GB with)
+        if lean and arena:  # steady, lower peak memory
+            lean_options(so)
+        elif lean:  # no arena: each tensor from the C heap, still without a memory pattern
             so.enable_mem_pattern = False
         if not spin:  # idle ONNX Runtime threads would take the cores from work done between runs
             so.add_session_config_entry("session.intra_op.allow_spinning", "0")
