@@ -1,6 +1,12 @@
 """Peak memory of whole `calib` commands, against the calibration pass's, each in its own process.
 
     python benchmarks/bench_memory.py [--evaluate-sizes 16,32,64] [--skip-hires]
+    python benchmarks/bench_memory.py --models [--only ppocr-det,layout-cdla] [--markdown FILE]
+
+--models: calib's estimate of each command's peak RSS against the measured peak, for every third-party model of
+tests/thirdparty and every zoo model that needs no extra, calibrate and evaluate at their native input sizes, the
+default budget and batch size (benchmarks/memory_models.py); the ratio estimate / peak is what calib's model of
+memory gets wrong (over 1 it refuses runs the machine could do, under 1 it lets a run past its budget).
 
 YOLOv3-tiny (the default recipe's model) on the default recipe's photo crops. Each job is one `calib` command run
 in a fresh interpreter (imports, model loading, everything); its peak RSS is the process's own high-water mark
@@ -25,11 +31,13 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT))  # this checkout's calib, whatever is installed
 CROPS = ROOT / "datasets" / "photos_crops"
 ALGOS = ("minmax", "entropy", "percentile", "mse")
 LIMIT_GB = 1.5
 BUDGET_GB = 2.0  # calib's default --memory-budget
+MB = 1 << 20
 
 
 def worker(argv: list[str]) -> dict:
@@ -121,16 +129,48 @@ def print_hires(rows: list[dict]) -> None:
         print(f"{r['job']:28s} {r['seconds']:8.1f} {r['peak_rss_mb']:12.0f} {ratio:9.2f}")
 
 
+def model_rows(only: set | None) -> tuple[list[dict], list[str]]:
+    import memory_models
+
+    with tempfile.TemporaryDirectory(prefix="calib-bench-") as tmp:
+        rows = [memory_models.run(job, Path(__file__)) for job in memory_models.jobs(Path(tmp), only)]
+        for r in rows:
+            r["command"] = memory_models.shown(r["args"], Path(tmp))
+    lines = ["| model | step | estimate MB | peak RSS MB | estimate / peak | seconds |",
+             "|---|---|---:|---:|---:|---:|"]
+    for r in rows:
+        est = f"{r['estimate'] / MB:.0f}" if r.get("estimate") else "-"
+        ratio = f"{r['estimate'] / r['peak']:.2f}" if r.get("estimate") and r["peak"] else "-"
+        peak = f"{r['peak'] / MB:.0f}" if not r.get("error") else "refused: " + r["error"][:120]
+        lines.append(f"| {r['model']} | {r['step']} | {est} | {peak} | {ratio} | {r['seconds']:.1f} |")
+    return rows, lines
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--worker")
+    ap.add_argument("--model-worker")
+    ap.add_argument("--models", action="store_true", help="estimate against measured peak, per model")
+    ap.add_argument("--only", help="--models: these models only (comma-separated)")
+    ap.add_argument("--markdown", help="--models: also write the table and the commands to this file")
     ap.add_argument("--evaluate-sizes", default="16,32", help="evaluation images for `calib evaluate` (<= 32)")
     ap.add_argument("--skip-run", action="store_true", help="leave out `calib run recipes/yolo.yaml`")
     ap.add_argument("--skip-hires", action="store_true", help="leave out the 736x736 model against the budget")
     ap.add_argument("--only-hires", action="store_true", help="only the 736x736 model against the budget")
     a = ap.parse_args()
-    if a.worker:
-        print(json.dumps(worker(json.loads(a.worker))))
+    if a.model_worker:
+        import memory_models
+
+        print(json.dumps(memory_models.worker(json.loads(a.model_worker))))
+        return
+    if a.models:
+        rows, lines = model_rows(set(a.only.split(",")) if a.only else None)
+        print("\n".join(lines))
+        if a.markdown:
+            from calib.io.files import atomic_write_text
+
+            cmds = ["", "Commands (each in its own interpreter):", ""] + [f"    {r['command']}" for r in rows]
+            atomic_write_text(Path(a.markdown), "\n".join(lines + cmds) + "\n")
         return
     if a.only_hires:
         with tempfile.TemporaryDirectory(prefix="calib-bench-") as tmp:

@@ -189,8 +189,10 @@ def collect(model_path: str | Path, source, micro_batch: int | None = None, nbin
     inputs = [n for n, _, _ in info.inputs]
     fixed = fixed_batch(info)
     budget = budget or Budget()
+    derived = relu_outputs(proto, info) if derive else {}
     if micro_batch is None:  # before any data is read, where the input sizes are known
-        micro_batch = pass_samples(proto, info, budget, getattr(source, "batch_size", 8), fixed)
+        micro_batch = pass_samples(proto, info, budget, getattr(source, "batch_size", 8), fixed, derived=derived,
+                                   nbins=nbins)
     elif fixed:
         micro_batch = fixed
     digest = hashlib.sha256()
@@ -202,7 +204,6 @@ def collect(model_path: str | Path, source, micro_batch: int | None = None, nbin
 
     batches = prefetch(source, each=fingerprint)  # the first batches are read while the session is set up
     try:
-        derived = relu_outputs(proto, info) if derive else {}
         runner = fed(OrtRunner(proto, expose=[n for n in info.activations if n not in derived], spin=False,
                                lean=True, order_free=blocked, label=str(model_path), model_sha256=info.sha256),
                      info.layout)
@@ -238,7 +239,7 @@ def collect(model_path: str | Path, source, micro_batch: int | None = None, nbin
         stream = iter(runs)  # one iterator: the pool's workers take what the first batch leaves
         for bi, (batch, _, _) in enumerate(stream):
             if micro_batch is None:  # input sizes known only now
-                micro_batch = pass_samples(proto, info, budget, rows(batch), fixed, batch)
+                micro_batch = pass_samples(proto, info, budget, rows(batch), fixed, batch, derived, nbins)
                 proto = None
             n = rows(batch)
             one_run = n <= micro_batch  # the first batch's outputs all at hand at once: no extra run for its ranges

@@ -36,7 +36,7 @@ from calib.quantize.opset import describe_opset
 from calib.quantize.qdq import insert_qdq
 from calib.quantize.shapes import fix_input_shapes, fixed_batch
 from calib.recipe import Recipe, feeding, input_paths
-from calib.runners.budget import evaluation_samples
+from calib.runners.budget import evaluation_plan
 from calib.version import __version__
 from calib.zoo.registry import resolve
 
@@ -190,7 +190,7 @@ def _run(recipe: Recipe, stage: Path, final: Path | None = None) -> None:
     ebatch = recipe.backend.batch_size if trt_backend else recipe.evaluation.batch_size  # engines take their batch
     esrc = make_source(espec, recipe.preprocess, inputs, ebatch, consts=consts)  # a bad offset or path: before the pass
     # a budget too small for the evaluation's runs: said before the pass (the pass's own check is in collect)
-    evaluation_samples(model_path, info, budget, ebatch, fixed_batch(info), 1 + len(c.algorithms))
+    evaluation_plan(model_path, info, budget, ebatch, fixed_batch(info), 1 + len(c.algorithms))
     equalized = None
     if c.equalize and plugins:
         raise RecipeError(f"{recipe.source}: calibration.equalize: not for a model with plugin nodes "

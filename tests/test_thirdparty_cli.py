@@ -8,7 +8,8 @@ PicoDet, ppocr-det's DB, mtcnn-pnet's proposals) or top-1 agreement (ppocr-cls).
 the file itself: opset 13, every weighted layer's weight behind a DequantizeLinear, onnx.checker, and ONNX
 Runtime's output against FP32 on the package's own input for one photo. For ddddocr-det the task metric is
 computed again without calib (ddddocr's own decoding, ONNX Runtime on each cache's Q/DQ model) and the report's
-choice must be its best. The 736x736 text detector stays within the default 2 GB memory budget.
+choice must be its best. The 736x736 text detector and the 800x608 layout detector stay within the default
+2 GB memory budget, every layer compared.
 
 Each command runs in its own interpreter (as a user runs it); the models are fetched once per session."""
 from __future__ import annotations
@@ -143,13 +144,18 @@ def test_the_reports_choice_is_the_tasks_computed_without_calib(thirdparty_root,
     assert thirdparty.sha256(f["model"]) == thirdparty.MODELS["ddddocr-det"].onnx_sha256
 
 
-def test_the_736x736_detector_stays_within_the_default_budget(thirdparty_root, work):
-    f = flow("ppocr-det", thirdparty_root, work)
-    assert "--memory-budget" not in runs.CASES["ppocr-det"].flags + runs.CASES["ppocr-det"].evaluate_flags
+@pytest.mark.parametrize("name", ["ppocr-det", "layout-cdla"])
+def test_the_native_size_detectors_stay_within_the_default_budget(name, thirdparty_root, work):
+    """736x736 and 800x608: calibrated and evaluated at the default budget and batch size, every layer compared."""
+    f = flow(name, thirdparty_root, work)
+    case = runs.CASES[name]
+    used = case.flags + case.calibrate_flags + case.evaluate_flags
+    assert not {"--memory-budget", "--batch-size", "--no-layerwise"} & set(used), used
     for step in ("calibrate", "evaluate"):
         peak = f[step].peak_rss
-        print(f"ppocr-det {step}: peak RSS {peak / GB:.2f} GB")
+        print(f"{name} {step}: peak RSS {peak / GB:.2f} GB")
         assert 0 < peak < 2 * GB, peak / GB
+    assert all(e["layers"] for e in f["report"]["evaluation"]["configs"].values())
 
 
 def _static_batch(path: Path, out: Path, batch: int) -> Path:
@@ -296,6 +302,7 @@ def test_ppocr_rec_is_ranked_on_string_match(thirdparty_root, work):
     rep = f["report"]
     decision, rows = rep["summary"]["decision"], rep["summary"]["rows"]
     assert decision["metric"] == "exact_match_vs_fp32" and rep["evaluation"]["samples"] == 12
+    assert "--memory-budget" not in runs.STREAM_CASES["ppocr-rec"].flags  # the default budget holds it
     facts = runs.qdq_facts(f["qdq"][decision["ship"]])
     assert facts["weighted"] == facts["quantized"] >= 38, facts
     photos = sorted(f["ev"].iterdir())

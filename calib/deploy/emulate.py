@@ -85,7 +85,9 @@ class Fp16Runner:
     def __init__(self, model: onnx.ModelProto, label: str = "fp16", backend: str | None = None):
         import onnxruntime as ort
 
-        opts = ort.SessionOptions()
+        from calib.runners.onnxruntime import lean_options
+
+        opts = lean_options(ort.SessionOptions())  # the evaluation's arena, not one more kept per row
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
         opts.log_severity_level = 3
         self.label = label

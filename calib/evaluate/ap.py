@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 _REC_THRS = np.linspace(0.0, 1.00, int(np.round((1.00 - 0.0) / 0.01)) + 1, endpoint=True)
-_CHUNK = 1 << 22  # weights x thresholds x detections held at once
+_CHUNK = 1 << 20  # weights x thresholds x detections held at once
 
 
 @dataclass

@@ -23,7 +23,7 @@ from calib.io.memory import Budget
 from calib.io.progress import bar
 from calib.quantize.model import inspect_model
 from calib.quantize.shapes import dims_text, fix_input_shapes, fixed_batch
-from calib.runners.budget import evaluation_samples
+from calib.runners.budget import evaluation_plan
 from calib.recipe import DetectionSpec
 
 log = logging.getLogger(__name__)
@@ -102,10 +102,10 @@ def evaluate(model, caches: dict, source, task: str = "outputs", detection: Dete
     fixed, budget = fixed_batch(info), memory_budget or Budget()
     read = getattr(source, "batch_size", batch_size)
     switch = (option_names or {}).get("layerwise", "layerwise=False")
-    runs = evaluation_samples(model, info, budget, read, fixed, 1 + len(configs), layerwise=layerwise,
-                              switch=switch)  # before any session or data
-    sim = Simulator(model, info, configs, exclude, layerwise, micro_batch=runs or 1, precision=precision,
-                    fixed=fixed)
+    plan = evaluation_plan(model, info, budget, read, fixed, 1 + len(configs), layerwise=layerwise, switch=switch,
+                           engines=len(engines))
+    sim = None if plan is None else Simulator(model, info, configs, exclude, layerwise, micro_batch=plan.samples,
+                                              precision=precision, fixed=fixed, groups=plan.groups)
     names = list(configs) + list(engines)
     comps = {n: Comparison(n, outputs=tuple(info.outputs)) for n in names}
     cls = {n: Classification() for n in names}
@@ -118,12 +118,13 @@ def evaluate(model, caches: dict, source, task: str = "outputs", detection: Dete
     items = FixedBatches(_batches(source), fixed) if fixed else _batches(source)
     with bar("evaluate", total=total) as pbar:
         for batch, samples, meta in items:
-            if runs is None:  # the input sizes known only now
-                runs = evaluation_samples(model, info, budget, read, fixed, 1 + len(configs), batch, layerwise,
-                                          switch)
-                sim.micro_batch = runs
             if n == 0:
                 check_batch(batch, info, getattr(source, "label", "evaluation data"), option_names)
+            if sim is None:  # the input sizes known only now: the plan, then the sessions
+                plan = evaluation_plan(model, info, budget, read, fixed, 1 + len(configs), batch, layerwise,
+                                       switch, len(engines))
+                sim = Simulator(model, info, configs, exclude, layerwise, micro_batch=plan.samples,
+                                precision=precision, fixed=fixed, groups=plan.groups)
             gs = [group_of(s, n + j) for j, s in enumerate(samples)]
             groups += gs
             labelled_groups += [g for s, g in zip(samples, gs) if _labelled(s)]

@@ -67,11 +67,13 @@ class Simulator:
 
     Memory stays bounded: the sessions share one ONNX Runtime arena (they run one at a time), and `compare` runs
     the exposed models `micro_batch` samples at a time, one configuration after the other, folding each one's
-    tensors into its Comparison before the next runs; only the graph outputs are kept for the task metrics."""
+    tensors into its Comparison before the next runs; only the graph outputs are kept for the task metrics. With
+    `groups` (the exposed tensors in groups, calib.runners.budget.evaluation_plan), each group has its own sessions
+    and a run returns that group only: the model runs once per group, in the memory of the largest."""
 
     def __init__(self, model_path, info: ModelInfo, configs: dict, exclude: dict | None = None,
                  layerwise: bool = True, micro_batch: int = 2, precision: dict | None = None,
-                 fixed: int | None = None):
+                 fixed: int | None = None, groups: list | None = None):
         """fixed: the model's fixed batch: every run holds exactly that many samples (batches come in multiples
         of it, calib.data.rebatch)."""
         self.info = info
@@ -80,8 +82,10 @@ class Simulator:
         proto = initializers_not_inputs(onnx.load(str(model_path)))
         expose = list(info.activations) if layerwise else []
         self.outputs = list(info.outputs)
-        self.names = list(dict.fromkeys(self.outputs + expose))
-        self.ref = fed(OrtRunner(proto, expose=expose, spin=False, lean=True, label=str(model_path)), info.layout)
+        parts = [list(g) for g in groups] if layerwise and groups and len(groups) > 1 else [expose]
+        arena = len(parts) == 1  # groups return tensors of other sizes in turn: freed to the heap, not kept
+        self.ref = [fed(OrtRunner(proto, expose=g, spin=False, lean=True, label=str(model_path), arena=arena),
+                        info.layout) for g in parts]
         release()  # each session's set-up copies (model bytes, parsed graph) back before the next one
         self.tests = {}
         exclude, precision = exclude or {}, precision or {}
@@ -89,20 +93,24 @@ class Simulator:
         for name, amax in configs.items():
             q = simulated_model(qproto, amax, precision.get(name), exclude.get(name, Exclusions()))
             log.info("%s: INT8 simulation with %d Q/DQ pairs", name, count_qdq(q))
-            self.tests[name] = fed(OrtRunner(q, expose=expose, spin=False, lean=True, label=f"{model_path} ({name})"),
-                                   info.layout)
+            self.tests[name] = [fed(OrtRunner(q, expose=g, spin=False, lean=True, arena=arena,
+                                              label=f"{model_path} ({name})"), info.layout) for g in parts]
             del q
             release()
         del proto, qproto
         release()
-        avail = set(self.ref.tensor_names())
-        self.names = [n for n in self.names if n in avail]
+        self.groups = []
+        for g, runner in zip(parts, self.ref):
+            avail = set(runner.tensor_names())
+            self.groups.append([n for n in dict.fromkeys(self.outputs + g) if n in avail])
+        self.names = list(dict.fromkeys(n for g in self.groups for n in g))
 
     def run(self, batch: dict) -> tuple[dict, dict]:
         """Every exposed tensor of FP32 and of each configuration on `batch`, all at once (small batches only:
         `compare` is the bounded way)."""
-        ref = self.ref.run(batch, self.names)
-        return ref, {name: r.run(batch, self.names) for name, r in self.tests.items()}
+        ref = {k: v for g, r in zip(self.groups, self.ref) for k, v in r.run(batch, g).items()}
+        return ref, {name: {k: v for g, r in zip(self.groups, rs) for k, v in r.run(batch, g).items()}
+                     for name, rs in self.tests.items()}
 
     def compare(self, batch: dict, comps: dict, keep_reference: bool = False,
                 keep_outputs: bool = True) -> tuple[dict, dict]:
@@ -114,16 +122,24 @@ class Simulator:
         ref_parts, test_parts = [], {name: [] for name in self.tests}
         for lo in range(0, n, step):
             part = {k: v[lo:lo + step] for k, v in batch.items()}
-            ref = self.ref.run(part, self.names)
-            for name, runner in self.tests.items():
-                test = runner.run(part, self.names)
-                comps[name].update(ref, test)
-                if keep_outputs:
-                    test_parts[name].append({o: test[o] for o in self.outputs if o in test})
-                del test
+            whole = {}
+            for gi, names in enumerate(self.groups):
+                ref = self.ref[gi].run(part, names)
+                for name, runners in self.tests.items():
+                    test = runners[gi].run(part, names)
+                    comps[name].update({k: v for k, v in ref.items() if gi == 0 or k not in self.outputs}, test)
+                    if keep_outputs and gi == 0:
+                        test_parts[name].append({o: test[o] for o in self.outputs if o in test})
+                    del test
+                if keep_reference:
+                    whole.update(ref)
+                elif keep_outputs and gi == 0:
+                    whole = {o: ref[o] for o in self.outputs if o in ref}
+                del ref
+                if len(self.groups) > 1:
+                    release()  # this group's tensors back to the system before the next group's runs
             if keep_outputs or keep_reference:
-                ref_parts.append(ref if keep_reference else {o: ref[o] for o in self.outputs if o in ref})
-            del ref
+                ref_parts.append(whole)
         if not ref_parts:
             return {}, {name: {} for name in self.tests}
         return _joined(ref_parts), {name: _joined(p) if p else {} for name, p in test_parts.items()}

@@ -60,11 +60,16 @@ class OutputRows:
     parts: list = field(default_factory=list)  # [rows, 4]: sum ref^2, sum (ref - test)^2, sum ref*test, sum test^2
 
     def update(self, ref: np.ndarray, test: np.ndarray) -> None:
-        r = np.asarray(ref, np.float64).reshape(ref.shape[0] if ref.ndim else 1, -1)
-        t = np.asarray(test, np.float64).reshape(r.shape)
-        d = r - t
-        self.parts.append(np.stack([np.einsum("ij,ij->i", r, r), np.einsum("ij,ij->i", d, d),
-                                    np.einsum("ij,ij->i", r, t), np.einsum("ij,ij->i", t, t)], 1))
+        """One pass of the comparison kernel over each row, in the tensors' own type (float64 copies of a batch's
+        output and of its difference would hold 6x the pair's bytes at once)."""
+        from calib.stats.kernels import compare_sums
+
+        r, t = _flat(ref), _flat(test)
+        n = ref.shape[0] if np.ndim(ref) else 1
+        sums = np.empty((n, 4), np.float64)
+        for i, (part_r, part_t) in enumerate(zip(np.split(r, n), np.split(t, n)) if n else ()):
+            sums[i] = compare_sums(part_r, part_t, 2 if part_r.size > (1 << 16) else 1)[:4]
+        self.parts.append(sums)
 
     def sums(self) -> np.ndarray:
         return np.concatenate(self.parts) if self.parts else np.zeros((0, 4))

@@ -76,7 +76,7 @@ def fixed_batch(info: ModelInfo) -> int | None:
     return None
 
 
-def _sizes(model: onnx.ModelProto, info: ModelInfo, dims: Mapping[str, tuple] | None) -> tuple[dict, int] | None:
+def tensor_sizes(model: onnx.ModelProto, info: ModelInfo, dims: Mapping[str, tuple] | None) -> tuple[dict, int] | None:
     """(float tensor -> bytes for the inputs at `dims`, samples those dims hold) from ONNX shape inference; None
     where an input's size is not known (the batch dimension may be left free: the model's fixed batch, else 1).
     `dims` are canonical (samples first, as a batch holds them: info.layout turns them into the model's)."""
@@ -112,7 +112,7 @@ def sample_bytes(model: onnx.ModelProto, info: ModelInfo, dims: Mapping[str, tup
     ONNX shape inference with the inputs at `dims` (default: info's, which must then be all known; the batch
     dimension may be left free). None where an input's size is not known. Tensors whose shape inference cannot
     tell count as the largest one it can."""
-    got = _sizes(model, info, dims)
+    got = tensor_sizes(model, info, dims)
     if got is None:
         return None
     sizes, per = got
@@ -134,7 +134,7 @@ def live_bytes(model: onnx.ModelProto, info: ModelInfo, dims: Mapping[str, tuple
     """Bytes of the float tensors alive at once, at the worst node, in a run that returns only the graph outputs
     (each tensor held from the node that makes it to its last reader, the outputs to the end), for one sample;
     a tensor of unknown size counts as the largest known. None where an input's size is not known."""
-    got = _sizes(model, info, dims)
+    got = tensor_sizes(model, info, dims)
     if got is None:
         return None
     sizes, per = got
@@ -144,14 +144,28 @@ def live_bytes(model: onnx.ModelProto, info: ModelInfo, dims: Mapping[str, tuple
     def size(name: str) -> int:
         return sizes.get(name, largest) if name in acts else 0
 
-    nodes = list(model.graph.node)
-    last = {x: i for i, n in enumerate(nodes) for x in n.input}
-    last.update({o.name: len(nodes) for o in model.graph.output})
-    given = {n for n, _, _ in info.inputs}  # the caller's arrays: held throughout
-    held = sum(size(n) for n in given)
-    peak = held
-    for i, node in enumerate(nodes):
-        held += sum(size(o) for o in node.output)
-        peak = max(peak, held)
-        held -= sum(size(x) for x in set(node.input) | set(node.output) if x not in given and last.get(x, i) == i)
+    from calib.quantize.liveness import peak_bytes
+
+    given = [n for n, _, _ in info.inputs]  # the caller's arrays: held throughout
+    known = {n: size(n) for n in set(acts) | set(sizes)}
+    peak = peak_bytes(list(model.graph.node), known, given, [o.name for o in model.graph.output])
     return max(1, peak // max(1, per))
+
+
+def activation_sizes(model: onnx.ModelProto, info: ModelInfo, dims: Mapping[str, tuple] | None = None
+                     ) -> dict[str, int] | None:
+    """Bytes of each float activation (ModelInfo.activations) for one sample, from ONNX shape inference with the
+    inputs at `dims` (as sample_bytes). A tensor shape inference cannot size counts as its node's inputs: their sum
+    for a Concat, the largest of them otherwise (a reshape, a split's part or an elementwise result is no larger),
+    and as the largest activation where no input has a size. None where an input's size is not known."""
+    got = tensor_sizes(model, info, dims)
+    if got is None:
+        return None
+    sizes, per = dict(got[0]), got[1]
+    largest = max((sizes[n] for n in info.activations if n in sizes), default=0)
+    for node in model.graph.node:
+        known = [sizes[x] for x in node.input if x in sizes]
+        guess = (sum(known) if node.op_type == "Concat" else max(known)) if known else largest
+        for o in node.output:
+            sizes.setdefault(o, guess)
+    return {n: sizes.get(n, largest) // max(1, per) for n in info.activations}

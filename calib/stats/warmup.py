@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import threading
 from pathlib import Path
 
@@ -42,6 +43,21 @@ def settle() -> None:
     wait for it, so that the compiler's memory (~150 MB) is not added to the pass's peak; otherwise return at once."""
     if _cold and _thread is not None:
         _thread.join()
+
+
+def wait() -> None:
+    """Until the thread has loaded the kernels (where it was started): what they hold is then in the process's RSS
+    whole, never in part, when calib.runners.budget reads it."""
+    if _thread is not None:
+        _thread.join()
+
+
+def loaded() -> bool:
+    """Whether the kernels are loaded in this process: by the thread, or by a first call (the comparison's)."""
+    if _thread is not None and not _thread.is_alive():
+        return True
+    kernels = sys.modules.get("calib.stats.kernels")
+    return kernels is not None and bool(getattr(kernels.compare_sums, "signatures", ()))
 
 
 def _run() -> None:

@@ -65,22 +65,18 @@ CASES = {
         ("photos/astronaut.jpg", "photos/text.jpg", "photos_crops/013_page.jpg"),
         ("photos/page.jpg", "photos/coffee.jpg", "photos_crops/031_page.jpg", "photos_crops/067_page.jpg"),
         ("--postprocess", f"{HOOKS}/picodet_post.py:decode"), "map50_95_vs_fp32",
-        calibrate_flags=("--batch-size", "1"),
-        evaluate_flags=("--batch-size", "1", "--no-layerwise", "--deploy", "qdq"),
+        evaluate_flags=("--deploy", "qdq"),
         why={"--bgr --preprocess imagenet": "PPPreProcess: BGR, /255, ImageNet mean/std in BGR channel order",
-             "(no size)": "the model's own 800x608, plain resize as cv2.resize",
-             "--batch-size 1": "fixed batch 1: reading 8 ahead only costs memory",
-             "--no-layerwise": "every activation of one 800x608 sample compared needs about 3.8 GB"}),
+             "(no size)": "the model's own 800x608 at its fixed batch of 1, plain resize as cv2.resize"}),
     "ppocr-det": Case(
         "ppocr-det",
-        ("--input-shape", "x=1x3x736x736", "--bgr", "--mean", "0.5", "--std", "0.5", "--batch-size", "1"),
+        ("--input-shape", "x=1x3x736x736", "--bgr", "--mean", "0.5", "--std", "0.5"),
         ("photos/astronaut.jpg", "photos/text.jpg", "photos_crops/013_page.jpg"),
         ("photos/page.jpg", "photos/coffee.jpg", "photos_crops/031_page.jpg", "photos_crops/032_text.jpg"),
         ("--postprocess", f"{HOOKS}/db_post.py:decode"), "map50_95_vs_fp32",
-        evaluate_flags=("--no-layerwise", "--deploy", "qdq"),
-        why={"--input-shape x=1x3x736x736": "limit_side_len 736 (a square photo: 736x736)",
-             "--bgr --mean 0.5 --std 0.5": "DetPreProcess: BGR, /255, mean 0.5, std 0.5",
-             "--no-layerwise": "every activation of one 736x736 sample compared needs about 3.4 GB"}),
+        evaluate_flags=("--deploy", "qdq"),
+        why={"--input-shape x=1x3x736x736": "limit_side_len 736 (a square photo: 736x736), one image a run",
+             "--bgr --mean 0.5 --std 0.5": "DetPreProcess: BGR, /255, mean 0.5, std 0.5"}),
     "ppocr-cls": Case(
         "ppocr-cls",
         ("--input-shape", "x=6x3x48x192", "--letterbox", "--letterbox-anchor", "top-left", "--pad-value", "128",
@@ -346,16 +342,14 @@ STREAM_CASES = {
     "ppocr-rec": StreamCase(
         "ppocr-rec",
         ("--input-shape", "x=6x3x48x320", "--letterbox", "--letterbox-anchor", "top-left", "--pad-value", "128",
-         "--bgr", "--mean", "0.5", "--std", "0.5", "--memory-budget", "4GB"),
+         "--bgr", "--mean", "0.5", "--std", "0.5"),
         ("--head", "ctc", "--charset", "{charset}"), "exact_match_vs_fp32",
         evaluate_flags=("--float-type", "fp16", "--no-layerwise"),
         why={"--input-shape x=6x3x48x320": "rec_img_shape [3, 48, 320], rec_batch_num 6 (H is the placeholder '?')",
              "--letterbox --letterbox-anchor top-left --pad-value 128": "height 48, aspect kept, padded right "
                                                                         "with 0 after normalization",
              "--bgr --mean 0.5 --std 0.5": "BGR, /255, mean 0.5, std 0.5",
-             "--head ctc --charset charset.txt": "CTCLabelDecode; charset.txt is the model's metadata 'character'",
-             "--memory-budget 4GB": "calib estimates 2.99 GB for one run of 6 (126 of 404 activations without a "
-                                    "size from shape inference): refused at the default 2 GB"}),
+             "--head ctc --charset charset.txt": "CTCLabelDecode; charset.txt is the model's metadata 'character'"}),
 }
 
 
