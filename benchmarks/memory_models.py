@@ -1,5 +1,5 @@
 """The models `bench_memory.py --models` measures: every third-party model of tests/thirdparty (its flags from
-tests/thirdparty/runs.py) and every zoo model that installs without extras, each at its native input size, with
+tests/thirdparty/runs.py: the photo cases, centerface, and the stream cases silero-vad and ppocr-rec) and every zoo model that installs without extras, each at its native input size, with
 the `calib calibrate` and `calib evaluate` (four caches, per-layer comparison on) commands a user would type.
 
 A job is one command in a fresh interpreter: its peak RSS is the process's own high-water mark (VmHWM after the
@@ -91,13 +91,28 @@ def _case_jobs(name: str, tmp: Path, root: Path | None) -> list[Job]:
 
     from calib.zoo import thirdparty
 
-    case = runs.CASES[name]
+    case = runs.CASES[name] if name in runs.CASES else runs.CENTERFACE
     model = thirdparty.fetch(name, root)
     d = tmp / name
     cal = runs.photo_folder(case.calibration, d / "calibration-photos", case.transpose)
     ev = runs.photo_folder(case.evaluation, d / "evaluation-photos", case.transpose)
     return [Job(name, "calibrate", tuple(map(str, runs.calibrate_args(case, model, cal, d / "cal")))),
             Job(name, "evaluate", tuple(map(str, runs.evaluate_args(case, model, d / "cal", ev, d / "eval"))))]
+
+
+def _stream_jobs(name: str, tmp: Path, root: Path | None) -> list[Job]:
+    """A model fed from streams.py's inputs (silero-vad's audio chunks and state, ppocr-rec's text lines)."""
+    sys.path.insert(0, str(ROOT / "tests" / "thirdparty"))
+    import runs
+
+    from calib.zoo import thirdparty
+
+    case = runs.STREAM_CASES[name]
+    model = thirdparty.fetch(name, root)
+    d = tmp / name
+    cal, ev, extra = runs.stream_inputs(name, model, d, root)
+    c, e = runs.stream_args(case, model, cal, ev, d, extra)
+    return [Job(name, "calibrate", tuple(map(str, c))), Job(name, "evaluate", tuple(map(str, e)))]
 
 
 def _photos(files, folder: Path) -> Path:
@@ -146,9 +161,12 @@ def jobs(tmp: Path, only: set | None = None, thirdparty_root: Path | None = None
     import runs
 
     out = []
-    for name in runs.CASES:
+    for name in [*runs.CASES, runs.CENTERFACE.name]:
         if only is None or name in only:
             out += _case_jobs(name, tmp, thirdparty_root)
+    for name in runs.STREAM_CASES:
+        if only is None or name in only:
+            out += _stream_jobs(name, tmp, thirdparty_root)
     for name in ZOO:
         if only is None or name in only:
             out += _zoo_jobs(name, tmp)
