@@ -211,6 +211,9 @@ def main() -> None:
     ap.add_argument("--photos224", help="the golden photos_224.npy (rebuilt with scikit-image when not given)")
     ap.add_argument("--modelopt-python", help="python of an environment with nvidia-modelopt[onnx]")
     ap.add_argument("--eval-limit", type=int, default=0, help="fewer evaluation images (smoke tests)")
+    ap.add_argument("--modelopt-only", action="store_true",
+                    help="with --modelopt-python: add ModelOpt's Q/DQ model to models already staged, from their "
+                         "staged best cache (no new calibration: engines built from those caches stay comparable)")
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     out = Path(args.out)
@@ -227,7 +230,15 @@ def main() -> None:
                                "simulation.json": "calib CPU simulation per cache (task metric, output SQNR)",
                                "modelopt_qdq.onnx": "ModelOpt INT8 Q/DQ model from the best cache's scales"}})
     for key in args.models.split(","):
-        manifest["models"][key] = prepare(key, args, stage, local)
+        if args.modelopt_only:
+            e = manifest["models"][key]
+            d = stage / key
+            e["modelopt"] = {"file": "modelopt_qdq.onnx", "cache": f"{e['best']}.cache",
+                             **modelopt(args.modelopt_python, d / e["model"], d / e["caches"][e["best"]],
+                                        local / key / "calib_f32.npy", d / "modelopt_qdq.onnx",
+                                        local / key / "modelopt.log")}
+        else:
+            manifest["models"][key] = prepare(key, args, stage, local)
         man_path.write_text(json.dumps(manifest, indent=1) + "\n")
     print(json.dumps({k: {"best": v["best"], "modelopt": v.get("modelopt")} for k, v in manifest["models"].items()},
                      indent=1))
