@@ -59,6 +59,27 @@ def test_samples_per_run_known_answer():
         run_samples(Budget(GB // 2, "--memory-budget"), PASS, 400 * MB, 50 * MB, 1 * MB, 8, "m", now=100 * MB)
 
 
+def test_the_fp16_rows_runs_share_the_simulations_arena(tmp_path, monkeypatch):
+    """The FP16+INT8 rows' runners (engines=) run one at a time in the simulations' arena, outputs only: what they
+    add is their outputs of the batch, and their run only where it is larger than the simulations' (a model with a
+    fixed batch of 1 runs them a sample at a time, as it runs the simulations: CenterFace's evaluation counted a
+    run of the 8 samples read for them, 2.3x its peak)."""
+    from calib.quantize.shapes import fixed_batch
+    from calib.runners import budget
+
+    monkeypatch.setattr(budget, "held_now", lambda: 300 * MB)
+    out = 4 * 4 * 64 * 64  # one sample's output
+
+    def plans(model):
+        info = inspect_model(model)
+        return [budget.evaluation_plan(model, info, Budget(8 * GB), 8, fixed_batch(info), 5, layerwise=False,
+                                       engines=k) for k in (0, 8)]
+
+    for dims in ([1, 3, 64, 64], ["N", 3, 64, 64]):  # runs of 1 (the fixed batch), runs of the whole batch of 8
+        sims, rows = plans(conv_net(tmp_path / f"{dims[0]}.onnx", dims, channels=4))
+        assert rows.estimate - sims.estimate == 8 * 8 * out  # 8 rows' outputs of the batch of 8, no run besides
+
+
 def test_the_histograms_are_counted_per_tensor():
     # 10 tensors of 16384 int64 counts and TensorRT's 2048-bin grid, 3 of them with their negative values' counts
     assert histogram_bytes(10, 3) == 8 * (10 * (16384 + 2048) + 3 * 16384)

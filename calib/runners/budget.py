@@ -16,6 +16,10 @@ pattern: calib.runners.onnxruntime), as the liveness walk counts them.
   once per group, and the memory is that of the largest group).
 - The evaluation of the outputs only (--no-layerwise) holds the tensors alive at once in FP32's run and in a
   simulation's, and the outputs of both.
+- Runners besides the simulations (the FP16+INT8 rows, calib.deploy.emulate) run one at a time, outputs only, on
+  the whole batch or on the model's fixed batch at a time, and take their tensors from the simulations' arena:
+  the arena holds the larger of such a run and the simulations' runs, not their sum; every runner's outputs of
+  the batch are held besides.
 
 A Q/DQ simulation holds one dequantized copy of a tensor beside it at a time: counted as the largest activation.
 The constants were fitted on the models of tests/thirdparty and the zoo (benchmarks/bench_memory.py --models,
@@ -47,25 +51,31 @@ KERNELS = 135 * MB
 @dataclass(frozen=True)
 class Cost:
     """What a command's runs hold besides the tensors the liveness walk counts: bytes per byte of weights in each
-    session (its initializers and their pre-packed copies), bytes each session holds whatever its weights (its
-    graph and allocation plan), the runtime the command loads once besides the compiled kernels (statistics, the
-    report, a hook), the batches of input in flight, and ONNX Runtime's own buffers beside the tensors a graph
-    names (layout copies, kernels' scratch, its arena's rounding), as a share of those tensors."""
+    session (its initializers and their pre-packed copies), bytes each session holds whatever its weights and
+    besides per node of the model's graph (its graph, kernels and allocation plan), the runtime the command loads
+    once besides the compiled kernels (statistics, the report, a hook), the batches of input in flight, and ONNX
+    Runtime's own buffers beside the tensors a graph names (layout copies, kernels' scratch, its arena's rounding),
+    as a share of those tensors."""
 
     per_weight: float
     per_session: int
     overhead: int
     read_ahead: int
     scratch: float = 0.0
+    per_node: int = 0
 
 
 # Fitted on benchmarks/RESULTS_MEMORY.md's models (see there). The pass reads ahead on a thread: two batches
 # queued by the reader, one being read, one in the model; its overhead here is besides its histograms
 # (histogram_bytes). The evaluation reads in its loop: the batch in the model, and the next one's images and their
 # stacked copy while it is read; its runs held 1-10 % more than the liveness walk counts (YOLOv8n and PP-LCNet 9 %,
-# YOLOv3-tiny and MiniLM 1-3 %); its overhead is the report, the bootstrap's chunks and the per-sample sums.
+# YOLOv3-tiny and MiniLM 1-3 %); its overhead is the report, the bootstrap's chunks and the per-sample sums. Its
+# sessions, measured one by one (lean, every activation exposed; RSS after release): twice the weights and 3.6-4.5 MB
+# on graphs of 13-122 nodes (MTCNN's P-Net, YOLOv3-tiny, CenterFace, PP-LCNet), 5-7 MB on 323-566 (YOLOv8n, MiniLM,
+# PP-OCR's classifier), 9 MB on 1493 (PicoDet's layout-cdla): 4 MB and 4 KB a node (a flat 12 MB was 2-3x what a
+# small graph's session holds: silero-vad's evaluation, 5 sessions of a 1.3 MB model, counted 73 MB for 31).
 PASS = Cost(per_weight=2.0, per_session=0, overhead=40 * MB, read_ahead=4)
-EVALUATION = Cost(per_weight=2.0, per_session=12 * MB, overhead=80 * MB, read_ahead=3, scratch=0.1)
+EVALUATION = Cost(per_weight=2.0, per_session=4 * MB, overhead=80 * MB, read_ahead=3, scratch=0.1, per_node=4 << 10)
 
 
 @dataclass(frozen=True)
@@ -102,28 +112,35 @@ def run_samples(budget: Budget, cost: Cost, per_sample: int, weights: int, input
     return plan(budget, cost, per_sample, weights, input_bytes, batch, what, fixed, sessions, now, hint).samples
 
 
-def fixed_bytes(cost: Cost, weights: int, input_bytes: int, batch: int, sessions: int, now: int | None) -> int:
-    """What a command holds besides its runs' activations (`now`: what the process holds, kernels included)."""
-    return ((held_now() if now is None else now) + int(cost.per_weight * weights + cost.per_session) * sessions
-            + cost.overhead + cost.read_ahead * batch * input_bytes)
+def fixed_bytes(cost: Cost, weights: int, input_bytes: int, batch: int, sessions: int, now: int | None,
+                nodes: int = 0) -> int:
+    """What a command holds besides its runs' activations (`now`: what the process holds, kernels included;
+    `nodes`: the model's graph's)."""
+    per = int(cost.per_weight * weights + cost.per_session + cost.per_node * nodes)
+    return (held_now() if now is None else now) + per * sessions + cost.overhead + cost.read_ahead * batch * input_bytes
 
 
 def plan(budget: Budget, cost: Cost, per_sample: int, weights: int, input_bytes: int, batch: int, what: str,
          fixed: int | None = None, sessions: int = 1, now: int | None = None, hint: str = "",
-         groups: list | None = None) -> Plan:
-    """run_samples, with the estimated peak of the command (logged, with `extra` estimate for tools)."""
+         groups: list | None = None, nodes: int = 0, shared: int = 0) -> Plan:
+    """run_samples, with the estimated peak of the command (logged, with `extra` estimate for tools). `shared`:
+    the bytes of another run that takes its tensors from the same arena as these runs, one at a time (an FP16+INT8
+    row's): the arena holds the larger of it and these runs' activations, not both."""
     now = held_now() if now is None else now
-    held = fixed_bytes(cost, weights, input_bytes, batch, sessions, now)
+    held = fixed_bytes(cost, weights, input_bytes, batch, sessions, now, nodes)
     room = max(1, (budget.limit - held) // max(1, per_sample))
     run = fixed or max(1, min(room, batch))
-    estimate = held + per_sample * run
+    estimate = held + max(per_sample * run, shared)
     fits = estimate <= budget.limit  # else the refusal says what one needs: this line for tools only (debug)
     log.log(logging.INFO if fits else logging.DEBUG,
             "%s: estimated peak %s (%s held, %s of activations per sample%s)", what, size_text(estimate),
              size_text(held), size_text(per_sample), f", {len(groups)} groups of tensors" if groups else "",
              extra={"estimate": estimate, "parts": {"now": now, "held": held,
-                                                    "per_sample": per_sample, "run": run,
+                                                    "per_sample": per_sample, "run": run, "shared": shared,
+                                                    "sessions": sessions, "nodes": nodes,
                                                     "groups": len(groups) if groups else 1}})
+    if shared:  # the other runs' own run must fit beside what is held, whatever these runs take
+        budget.samples(held, shared, f"{what} (the other runners' run)", hint)
     if fixed:
         budget.samples(held, per_sample * fixed, what if fixed == 1 else f"{what} (a run of the fixed batch of "
                        f"{fixed})", hint)
@@ -223,7 +240,8 @@ def evaluation_plan(model_path, info: ModelInfo, budget: Budget, batch_size: int
     input sizes are known only from the first batch (then give that `batch`). `switch`: what turns the per-layer
     comparison off where the caller has it (e.g. --no-layerwise), named with what that needs when even the
     smallest groups do not fit. `engines`: how many runners besides (made already, so their sessions are in what
-    the process holds) run on each whole batch, outputs only."""
+    the process holds) run on each batch, outputs only, one at a time (a whole batch per run, or the model's fixed
+    batch)."""
     from calib.quantize.model import load_model
 
     dims = {k: v.shape for k, v in batch.items()} if batch is not None else None
@@ -236,24 +254,28 @@ def evaluation_plan(model_path, info: ModelInfo, budget: Budget, batch_size: int
         return None
     what = f"the evaluation of {describe(info, batch)}"
     weights, inputs = weight_bytes(info), input_bytes(info, batch)
-    if engines:  # one engine's run on a whole batch at a time (they share the simulations' arena), and their outputs
-        now += (_with_scratch(outputs_bytes(proto, info, sizes)) + engines * _output_bytes(info, sizes)) * batch_size
+    nodes, shared = len(proto.graph.node), 0
+    if engines:  # every engine's outputs of the batch, held to its end; and one engine's run at a time, on the whole
+        # batch or, where the model's batch is fixed, on that many samples at a time (Fp16Runner.run), in the arena
+        # the simulations' runs take theirs from (calib.runners.onnxruntime.lean_options): the larger of the two
+        now += engines * _output_bytes(info, sizes) * batch_size
+        shared = _with_scratch(outputs_bytes(proto, info, sizes)) * (fixed or batch_size)
     if not layerwise:
         return plan(budget, EVALUATION, _with_scratch(outputs_bytes(proto, info, sizes)), weights, inputs,
-                    batch_size, what, fixed, sessions, now)
+                    batch_size, what, fixed, sessions, now, nodes=nodes, shared=shared)
     names = list(info.activations)
     total = sum(sizes.get(n, 0) for n in names)
     one = fixed or 1
     for k in range(1, MAX_GROUPS + 1):
         parts = tensor_groups(names, sizes, -(-total // k)) if k > 1 else [names]
         per = _with_scratch(max(layerwise_bytes(proto, info, sizes, g) for g in parts))
-        held = fixed_bytes(EVALUATION, weights, inputs, batch_size, sessions * len(parts), now)
-        if held + per * one <= budget.limit or k == MAX_GROUPS:
+        held = fixed_bytes(EVALUATION, weights, inputs, batch_size, sessions * len(parts), now, nodes)
+        if held + max(per * one, shared) <= budget.limit or k == MAX_GROUPS:
             hint = ""
             if switch:
-                need = fixed_bytes(EVALUATION, weights, inputs, batch_size, sessions, now) + \
-                    _with_scratch(outputs_bytes(proto, info, sizes)) * one
+                need = fixed_bytes(EVALUATION, weights, inputs, batch_size, sessions, now, nodes) + \
+                    max(_with_scratch(outputs_bytes(proto, info, sizes)) * one, shared)
                 hint = f"{switch} (the outputs compared, not every layer: about {size_text(need)})"
             return plan(budget, EVALUATION, per, weights, inputs, batch_size, what, fixed, sessions * len(parts),
-                        now, hint, parts if len(parts) > 1 else None)
+                        now, hint, parts if len(parts) > 1 else None, nodes, shared)
     raise AssertionError("unreachable")
