@@ -26,7 +26,8 @@
 #               MobileNetV2 level 3 batch 32)
 #   l3-yolov8n-alt  YOLOv8n-320 at level 3, batch 4: implicit, calib-qdq, then fp16, each set timed in turns
 #               (benchmarks/alternate.py: plain and CUDA-graph figures); KEEP_ENGINES=1 on collect brings engines back
-#   l3-yolov8n-resume  calib-qdq beside the implicit and FP16 engines an earlier H100 lease brought back, in turns
+#   l3-yolov8n-resume  calib-qdq and modelopt-qdq beside the implicit and FP16 engines an earlier H100 lease
+#               brought back, all in turns
 #   gpu-tests   pytest -m gpu tests/gpu (level 1), capped at TESTS_S
 set -uo pipefail; shopt -s nullglob
 P=/tmp/pipe R=/tmp/pipe/res
@@ -126,9 +127,9 @@ case $1 in
           D=/tmp/qdq22/yolov8n-l3-b4 E=${ENGINES_DIR:-benchmarks/gpu-stage/engines/h100-l3-b4} T=benchmarks/trt86-h100/qdq-l3-graph/yolov8n-l3-b4
           mkdir -p $D/work && cp $T/table.json $T/layers.json $T/profile.json $D/
           for n in implicit fp16; do cp $E/yolov8n-l3-b4-$n.engine $D/work/$n.engine && cp $T/$n.engine.json $D/work/; done
-          QDQ_DEADLINE=5000 qdq yolov8n 3 4 calib-qdq $D 1000 > "$R/l3-yolov8n-b4.log" 2>&1
+          QDQ_DEADLINE=5000 qdq yolov8n 3 4 calib-qdq,modelopt-qdq $D 1400 > "$R/l3-yolov8n-b4.log" 2>&1
           echo "exit $?" >> "$R/l3-yolov8n-b4.log"
-          timeout 300 python3.10 benchmarks/alternate.py $D --engines implicit,calib-qdq,fp16 --name alternate-3q \
+          timeout 300 python3.10 benchmarks/alternate.py $D --engines implicit,calib-qdq,fp16,modelopt-qdq --name alternate-4 \
             > "$R/alt-yolov8n-3q.log" 2>&1
           ;;
         gpu-tests)  # the GPU tests of the tree (level 1), capped at TESTS_S
