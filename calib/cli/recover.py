@@ -143,6 +143,10 @@ RECIPE_ONLY_FLAGS = ("data", "task", "head", "charset", "metric", "postprocess",
               help="The build simulated: implicit INT8 from the cache, the Q/DQ model, or the FP16+INT8 model "
                    "(fp16: TensorRT 10/11 strongly typed, the only INT8 form TensorRT 11 builds; float layers in "
                    "FP16, or FP32 with --precision fp32).")
+@click.option("--backend", type=click.Choice(["onnxruntime", "tensorrt"]), default=None,
+              help="tensorrt: afterwards build the FP16 engine, the all-INT8 one and the chosen configuration's with "
+                   "TensorRT, and report each one's figure on the held-out samples and its latency against FP16 "
+                   "(a GPU; default: onnxruntime, a recipe's backend.kind).")
 @click.option("--engine-layers", type=click.Path(exists=True, dir_okay=False),
               help="An engine's JSON sidecar or inspector JSON: simulate what that engine runs in INT8/FP16/FP32.")
 @click.option("--time-budget", metavar="DURATION",
@@ -158,7 +162,7 @@ RECIPE_ONLY_FLAGS = ("data", "task", "head", "charset", "metric", "postprocess",
 @handled
 @with_data
 def recover(ctx, model, data_args, target, max_drop, calib_samples, batch_size, task, head, charset, metric,
-            postprocess, algo, percentile, step_names, rank_samples, rank_by, precision, deploy, engine_layers,
+            postprocess, algo, percentile, step_names, rank_samples, rank_by, precision, deploy, backend, engine_layers,
             time_budget, trt_version, carrier, input_shapes, batch_axes, consts, memory_budget, overrides, ray_address,
             out):
     """Recover INT8 accuracy on MODEL (or a RECIPE's model, data and task) until --target holds: in INT8 first,
@@ -197,6 +201,7 @@ def recover(ctx, model, data_args, target, max_drop, calib_samples, batch_size, 
         percentile = percentile if _given(ctx, "percentile") else c.percentile
         deploy = deploy if _given(ctx, "deploy") else e.deploy
         engine_layers = engine_layers or e.engine_layers
+        backend = backend or r.backend.kind
         trt_version = trt_version if _given(ctx, "trt_version") else c.trt_version
         carrier = carrier if _given(ctx, "carrier") else c.carrier
         model_file, info, cal, ev, evaluation, memory = got.model, got.info, got.calibration, got.evaluation, \
@@ -209,8 +214,15 @@ def recover(ctx, model, data_args, target, max_drop, calib_samples, batch_size, 
         model_file, info, cal, ev, evaluation, memory = _from_flags(
             model, data_args, calib_samples, batch_size, chosen, input_shapes, batch_axes, consts, memory_budget)
         inputs = [data_args.data]
+    backend = backend or "onnxruntime"
+    if backend == "tensorrt":  # TensorRT and a GPU are there, said before the search rather than after it
+        from calib.runners.tensorrt import compat
+        from calib.runners.tensorrt.device import Cuda
+
+        compat.load()
+        Cuda()
     spec = RecoverSpec(goal, tuple(algos), percentile, chosen_steps, rank_samples=rank_samples or None,
-                       rank_by=rank_by, precision=precision, deploy=deploy,
+                       rank_by=rank_by, precision=precision, deploy=deploy, backend=backend,
                        engine_layers=engine_layers, time_budget=budget_s, trt_version=trt_version, carrier=carrier)
     with pool_for(ray_address) as pool:
         res = run_recovery(model_file, info, cal, ev, spec, evaluation, out, memory, batch_size, names,

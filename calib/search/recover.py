@@ -261,7 +261,14 @@ def recover(model_path, info: ModelInfo, calib_source, eval_source, spec: Recove
         r = Recovery(model_path, info, calib_source, eval_source, spec, evaluation, memory, micro, option_names,
                      pool)
         res = r.run()
+        state = res["_state"]
         box.update(write_outputs(stage, Path(out), res, r, command))
+        if spec.backend == "tensorrt":  # the chosen configuration on real engines, into the same report
+            from calib.search.recover_engines import verify
+            from calib.search.recover_out import rewrite_report
+
+            box["engines"] = verify(stage, box, r, state)
+            rewrite_report(stage, box)
 
     publish(out, work, "recover", inputs=[model_path, *inputs])
     return box

@@ -64,9 +64,14 @@ def write_outputs(stage: Path, out: Path, res: dict, recovery, command: str | No
     doc = {"out_dir": str(out), "model_file": str(model_file), "caches": {"recovered": str(out / CACHE)},
            "exclude": floats, "float_layers": floats, "qdq_model": qdq, "fp16_model": fp16}
     res["deploy"] = deploy_commands(doc, "recovered")
+    rewrite_report(stage, res)
+    return res
+
+
+def rewrite_report(stage: Path, res: dict) -> None:
+    """recover.json and recover.md from `res` (again, once the engines are measured)."""
     atomic_write_json(stage / "recover.json", res)
     atomic_write_text(stage / "recover.md", markdown(res))
-    return res
 
 
 def _fp16_model(stage: Path, stem: str, weights, amax: dict, floats, ranges: dict) -> tuple[str | None, dict]:
@@ -138,6 +143,10 @@ def markdown(res: dict) -> str:
                "in FP16. A configuration pays against FP16 only where most of them do; measure the engine "
                "(`calib bench`) to be sure." if share is not None else "No multiply-add count (shape inference "
                                                                        "failed)."), ""]
+    if res.get("engines"):
+        from calib.search.recover_engines import markdown as engine_lines
+
+        lines += engine_lines(res["engines"])
     lines += ["## Deploy", "", "```", res["deploy"], "```", ""]
     if res.get("command"):
         lines += ["## Command", "", f"    {res['command']}", ""]

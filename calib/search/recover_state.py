@@ -27,6 +27,7 @@ class RecoverSpec:
     precision: str = "fp16"  # what the fallback keeps layers in
     deploy: str = "implicit"  # the build simulated: implicit (the cache), qdq, or fp16 (the FP16+INT8 model)
     engine_layers: str | None = None
+    backend: str = "onnxruntime"  # tensorrt: the chosen configuration built and measured as engines afterwards
     time_budget: float | None = None  # seconds
     trt_version: str = "8600"
     carrier: str = "EntropyCalibration2"
