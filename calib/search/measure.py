@@ -91,7 +91,11 @@ class Measure:
 
     def run(self, proto: onnx.ModelProto, what: str = "variant") -> list[dict]:
         """The graph outputs of `proto` on every evaluation batch (canonical layout, samples first)."""
-        r = fed(OrtRunner(proto, threads=self.threads, spin=False, lean=True, label=what), self.info.layout)
+        return self.outputs_of(OrtRunner(proto, threads=self.threads, spin=False, lean=True, label=what))
+
+    def outputs_of(self, runner) -> list[dict]:
+        """The graph outputs of any runner (ONNX Runtime, a TensorRT engine) on every evaluation batch."""
+        r = fed(runner, self.info.layout)
         out = []
         for b, _, _ in self.batches:
             parts = [r.run(c, self.outputs) for c in _chunks(b, self.step)]

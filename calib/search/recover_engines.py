@@ -12,23 +12,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-import numpy as np
-
 log = logging.getLogger(__name__)
-
-
-def _outputs(runner, measure) -> list[dict]:
-    """The engine's graph outputs on every evaluation batch, as Measure.run gives ONNX Runtime's."""
-    from calib.runners.feed import fed
-    from calib.search.measure import _chunks
-
-    r = fed(runner, measure.info.layout)
-    out = []
-    for b, _, _ in measure.batches:
-        parts = [r.run(c, measure.outputs) for c in _chunks(b, measure.step)]
-        out.append(parts[0] if len(parts) == 1 else
-                   {o: np.concatenate([p[o] for p in parts]) for o in measure.outputs})
-    return out
 
 
 def _timed(runner, batch: dict) -> dict:
@@ -97,7 +81,7 @@ def verify(stage: Path, res: dict, recovery, state, trt=None, cuda=None) -> dict
         built = build(path, bspec, calibrator, trt, cuda)
         runner = TrtRunner(built.plan, trt, cuda, label=f"{name} engine")
         try:
-            pts = m.points(_outputs(runner, m))
+            pts = m.points(m.outputs_of(runner))
             lat = _timed(runner, timing)
         finally:
             runner.close()
