@@ -20,7 +20,7 @@ from calib.runners.tensorrt.calibrators import cache_calibrator, make_calibrator
 from calib.runners.tensorrt.inspect import node_precisions
 from calib.runners.tensorrt.profile import format_table, profile_layers
 from calib.runners.tensorrt.profiles import calibration_batch, normalize, to_json
-from calib.runners.tensorrt.runner import TrtRunner
+from calib.runners.tensorrt.runner import TrtRunner, graph_latency
 
 log = logging.getLogger(__name__)
 MARKED = "-marked"  # suffix of a perturbed engine: every tensor marked as an output, for layer-wise comparison
@@ -159,16 +159,6 @@ def _onnx(path):
     return onnx.load(str(path), load_external_data=False)
 
 
-def graph_latency(runner, batch: dict, name: str) -> dict:
-    """{"graph_latency": ...}: the same runs each launched as one CUDA graph (the GPU's time, without the host's
-    per-kernel launch cost); {} where the engine's work cannot be captured (a plugin that syncs), said once."""
-    try:
-        return {"graph_latency": runner.latency(batch, cuda_graph=True)}
-    except Exception as exc:  # noqa: BLE001 - any capture failure leaves the enqueued figure standing
-        log.warning("%s: no CUDA-graph timing (%s); the enqueued figure stands", name, str(exc)[:200])
-        return {}
-
-
 def time_engines(es: EngineSet, source, batch_size: int) -> None:
     """Median latency of every engine on one evaluation batch of `batch_size` (tiled if the data is shorter)."""
     first = next(iter(source))
@@ -178,7 +168,10 @@ def time_engines(es: EngineSet, source, batch_size: int) -> None:
         es.info["engines"][name] = {"precisions": built.info["precisions"], "layer_summary": built.info["layer_summary"],
                                     "build_seconds": built.info["build_seconds"], "layers_set": built.info["layers_set"],
                                     "calibrator": built.info["calibrator"], "cache": es.caches.get(name),
-                                    "latency": r.latency(batch), **graph_latency(r, batch, name)}
+                                    "latency": r.latency(batch)}
+        graph = graph_latency(r, batch, name)  # the GPU's time, without the host's per-kernel launch cost
+        if graph is not None:
+            es.info["engines"][name]["graph_latency"] = graph
         log.info("%s: %.4f ms per batch of %d", name, es.info["engines"][name]["latency"]["median_ms"], batch_size)
         if name.startswith("trt-int8-") and not name.endswith(MARKED):
             prof = profile_layers(r, batch, runs=10, warmup=3)

@@ -15,15 +15,6 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 
-def _timed(runner, batch: dict) -> dict:
-    try:
-        lat = runner.latency(batch, cuda_graph=True)
-    except Exception as exc:  # noqa: BLE001 - a capture failure leaves the enqueued figure
-        log.warning("no CUDA-graph timing (%s): enqueued runs timed", str(exc)[:200])
-        lat = runner.latency(batch)
-    return lat
-
-
 def verify(stage: Path, res: dict, recovery, state, trt=None, cuda=None) -> dict:
     """Build, run and time the engines of `state` (the chosen configuration) with the files recover staged in
     `stage`; returns recover.json's "engines" entry."""
@@ -31,7 +22,7 @@ def verify(stage: Path, res: dict, recovery, state, trt=None, cuda=None) -> dict
     from calib.runners.tensorrt import compat
     from calib.runners.tensorrt.builder import BuildSpec, build
     from calib.runners.tensorrt.calibrators import cache_calibrator
-    from calib.runners.tensorrt.runner import TrtRunner
+    from calib.runners.tensorrt.runner import TrtRunner, graph_latency
     from calib.search.engines import pin_rules
     from calib.search.measure import _chunks
 
@@ -48,13 +39,13 @@ def verify(stage: Path, res: dict, recovery, state, trt=None, cuda=None) -> dict
     model_file = stage / written if written in res["files"] else Path(recovery.model_path)
     floats = [f["layer"] for f in res["float_layers"]]
     amax = state.scales()
+    simulated = {"all INT8": res["steps"][0]["value"], "recovered": res["value"]}
     carrier = spec.carrier
     jobs: list[tuple[str, object, BuildSpec, object]] = [
         ("fp16", str(recovery.model_path), BuildSpec(precisions=("fp32", "fp16"), batch_size=b), None)]
     note = None
     if spec.deploy == "implicit":
-        pins = pin_rules(state.model, floats) if floats else ()
-        rules = pins + tuple(f"{n}={f['precision']}" for n, f in zip(floats, res["float_layers"]))
+        rules = pin_rules(state.model, floats) + tuple(f"{f['layer']}={f['precision']}" for f in res["float_layers"])
         jobs.append(("all INT8", str(model_file), BuildSpec(precisions=("int8", "fp16"), batch_size=b),
                      cache_calibrator(amax, trt, carrier)))
         if floats:
@@ -82,7 +73,7 @@ def verify(stage: Path, res: dict, recovery, state, trt=None, cuda=None) -> dict
         runner = TrtRunner(built.plan, trt, cuda, label=f"{name} engine")
         try:
             pts = m.points(m.outputs_of(runner))
-            lat = _timed(runner, timing)
+            lat = graph_latency(runner, timing, f"{name} engine") or runner.latency(timing)
         finally:
             runner.close()
         rows.append({"engine": name, "value": pts.get(recovery.key), "median_ms": lat["median_ms"],
@@ -91,10 +82,8 @@ def verify(stage: Path, res: dict, recovery, state, trt=None, cuda=None) -> dict
         log.info("%s engine: %s %s, %.4f ms", name, recovery.key, pts.get(recovery.key), lat["median_ms"])
     fp16 = rows[0]["median_ms"]
     for r in rows:
-        r["x_vs_fp16"] = round(fp16 / r["median_ms"], 3) if r["median_ms"] else None
-    simulated = {"all INT8": res["steps"][0]["value"], "recovered": res["value"]}
-    for r in rows:
-        r["simulated"] = simulated.get(r["engine"])
+        r.update(x_vs_fp16=round(fp16 / r["median_ms"], 3) if r["median_ms"] else None,
+                 simulated=simulated.get(r["engine"]))
     return {"tensorrt": trt.__version__, "gpu": cuda.name(), "batch": b, "metric": recovery.key, "rows": rows,
             "note": note}
 

@@ -235,3 +235,13 @@ def summary(per_run: list[float], samples: int, runs: int, cuda_graph: bool = Fa
     return {"batch": samples, "median_ms": round(med, 4), "min_ms": round(min(per_run), 4),
             "max_ms": round(max(per_run), 4), "throughput_per_s": round(samples * 1000.0 / med, 1),
             "runs": runs, "cuda_graph": bool(cuda_graph)}
+
+
+def graph_latency(runner: TrtRunner, batch: Mapping[str, np.ndarray], label: str) -> dict | None:
+    """runner.latency as CUDA-graph launches, or None (said once) where the engine's work cannot be captured (a
+    plugin that syncs): the caller keeps the enqueued figure."""
+    try:
+        return runner.latency(batch, cuda_graph=True)
+    except Exception as exc:  # noqa: BLE001 - any capture failure leaves the enqueued figure standing
+        log.warning("%s: no CUDA-graph timing (%s); the enqueued figure stands", label, str(exc)[:200])
+        return None
