@@ -14,7 +14,7 @@ from calib.evaluate.metrics import TensorStats
 from calib.io.memory import GB, MB, Budget, parse_size
 from calib.quantize.model import inspect_model, load_model
 from calib.quantize.shapes import fix_input_shapes, live_bytes, sample_bytes
-from calib.runners.budget import KERNELS, PASS, histogram_bytes, run_samples
+from calib.runners.budget import KERNELS, PASS, histogram_bytes, plan, run_samples
 from nets import conv_net, relu_chain
 
 
@@ -53,6 +53,11 @@ def test_samples_per_run_known_answer():
     assert n == (2048 * MB - 100 * MB - PASS.overhead - 2 * 50 * MB - 32 * MB) // per
     assert run_samples(Budget(4 * GB), PASS, per, 50 * MB, 1 * MB, 8, "m", now=100 * MB) > n
     assert run_samples(Budget(2 * GB), PASS, per, 50 * MB, 1 * MB, 8, "m", fixed=10, now=100 * MB) == 10
+    # `most` caps the runs (the statistics pass's 16) and the estimate counts the capped run; a fixed batch wins
+    assert run_samples(Budget(4 * GB), PASS, per, 50 * MB, 1 * MB, 8, "m", now=100 * MB, most=4) == 4
+    capped = plan(Budget(4 * GB), PASS, per, 50 * MB, 1 * MB, 8, "m", now=100 * MB, most=4)
+    assert capped.estimate == plan(Budget(4 * GB), PASS, per, 50 * MB, 1 * MB, 8, "m", now=100 * MB).estimate - 4 * per
+    assert run_samples(Budget(2 * GB), PASS, per, 50 * MB, 1 * MB, 8, "m", fixed=10, now=100 * MB, most=4) == 10
     with pytest.raises(BudgetError, match="fixed batch of 18"):
         run_samples(Budget(2 * GB), PASS, per, 50 * MB, 1 * MB, 8, "m", fixed=18, now=100 * MB)
     with pytest.raises(BudgetError, match=r"--memory-budget 0\.50 GB: too small for one sample of m"):

@@ -103,13 +103,15 @@ def held_now() -> int:
 
 def run_samples(budget: Budget, cost: Cost, per_sample: int, weights: int, input_bytes: int, batch: int,
                 what: str, fixed: int | None = None, sessions: int = 1, now: int | None = None,
-                hint: str = "") -> int:
+                hint: str = "", most: int | None = None) -> int:
     """Samples per run within `budget`: `per_sample` bytes of a run's activations per sample and `input_bytes` of
     input, data read `batch` samples at a time, `weights` bytes of weights in each of `sessions` sessions. With
     `fixed` (a model's fixed batch) every run holds exactly that many: the budget must hold one such run. A budget
     too small is a BudgetError, raised before any work (`hint`: another way out, added to its message). `now`:
-    what the process holds already, the compiled kernels included (default: held_now())."""
-    return plan(budget, cost, per_sample, weights, input_bytes, batch, what, fixed, sessions, now, hint).samples
+    what the process holds already, the compiled kernels included (default: held_now()). `most`: no run larger
+    (a fixed batch aside)."""
+    return plan(budget, cost, per_sample, weights, input_bytes, batch, what, fixed, sessions, now, hint,
+                most=most).samples
 
 
 def fixed_bytes(cost: Cost, weights: int, input_bytes: int, batch: int, sessions: int, now: int | None,
@@ -122,14 +124,14 @@ def fixed_bytes(cost: Cost, weights: int, input_bytes: int, batch: int, sessions
 
 def plan(budget: Budget, cost: Cost, per_sample: int, weights: int, input_bytes: int, batch: int, what: str,
          fixed: int | None = None, sessions: int = 1, now: int | None = None, hint: str = "",
-         groups: list | None = None, nodes: int = 0, shared: int = 0) -> Plan:
+         groups: list | None = None, nodes: int = 0, shared: int = 0, most: int | None = None) -> Plan:
     """run_samples, with the estimated peak of the command (logged, with `extra` estimate for tools). `shared`:
     the bytes of another run that takes its tensors from the same arena as these runs, one at a time (an FP16+INT8
     row's): the arena holds the larger of it and these runs' activations, not both."""
     now = held_now() if now is None else now
     held = fixed_bytes(cost, weights, input_bytes, batch, sessions, now, nodes)
     room = max(1, (budget.limit - held) // max(1, per_sample))
-    run = fixed or max(1, min(room, batch))
+    run = fixed or max(1, min(room, batch, most or batch))
     estimate = held + max(per_sample * run, shared)
     fits = estimate <= budget.limit  # else the refusal says what one needs: this line for tools only (debug)
     log.log(logging.INFO if fits else logging.DEBUG,
@@ -146,6 +148,7 @@ def plan(budget: Budget, cost: Cost, per_sample: int, weights: int, input_bytes:
                        f"{fixed})", hint)
         return Plan(fixed, groups, estimate)
     n = budget.samples(held, per_sample, what, hint)
+    n = min(n, most) if most else n
     log.info("%s: runs of up to %d samples within %s", what, n, size_text(budget.limit))
     return Plan(n, groups, estimate)
 
@@ -228,9 +231,9 @@ def pass_samples(proto: onnx.ModelProto, info: ModelInfo, budget: Budget, batch_
     derived = derived or {}
     per = pass_bytes(proto, info, sizes, [n for n in info.activations if n not in derived])
     stats = histogram_bytes(len(info.activations), len({v[0] for v in derived.values()}), nbins)
-    n = run_samples(budget, replace(PASS, overhead=PASS.overhead + stats), per, weight_bytes(info),
-                    input_bytes(info, batch), batch_size, f"the calibration pass of {describe(info, batch)}", fixed)
-    return n if fixed else min(n, PASS_RUN_MAX)
+    return run_samples(budget, replace(PASS, overhead=PASS.overhead + stats), per, weight_bytes(info),
+                       input_bytes(info, batch), batch_size, f"the calibration pass of {describe(info, batch)}", fixed,
+                       most=PASS_RUN_MAX)
 
 
 # The statistics pass runs at most this many samples at a time (a model's fixed batch aside): larger runs buy no time
