@@ -147,6 +147,9 @@ RECIPE_ONLY_FLAGS = ("data", "task", "head", "charset", "metric", "postprocess",
               help="tensorrt: afterwards build the FP16 engine, the all-INT8 one and the chosen configuration's with "
                    "TensorRT, and report each one's figure on the held-out samples and its latency against FP16 "
                    "(a GPU; default: onnxruntime, a recipe's backend.kind).")
+@click.option("--engine-curve/--no-engine-curve", default=True, show_default=True,
+              help="With --backend tensorrt: build and time an engine for every other point of the fallback curve "
+                   "too (one build each, while --time-budget lasts).")
 @click.option("--engine-layers", type=click.Path(exists=True, dir_okay=False),
               help="An engine's JSON sidecar or inspector JSON: simulate what that engine runs in INT8/FP16/FP32.")
 @click.option("--time-budget", metavar="DURATION",
@@ -162,9 +165,9 @@ RECIPE_ONLY_FLAGS = ("data", "task", "head", "charset", "metric", "postprocess",
 @handled
 @with_data
 def recover(ctx, model, data_args, target, max_drop, calib_samples, batch_size, task, head, charset, metric,
-            postprocess, algo, percentile, step_names, rank_samples, rank_by, precision, deploy, backend, engine_layers,
-            time_budget, trt_version, carrier, input_shapes, batch_axes, consts, memory_budget, overrides, ray_address,
-            out):
+            postprocess, algo, percentile, step_names, rank_samples, rank_by, precision, deploy, backend, engine_curve,
+            engine_layers, time_budget, trt_version, carrier, input_shapes, batch_axes, consts, memory_budget,
+            overrides, ray_address, out):
     """Recover INT8 accuracy on MODEL (or a RECIPE's model, data and task) until --target holds: in INT8 first,
     then with the fewest layers in float."""
     from calib.algorithms import registry
@@ -223,6 +226,7 @@ def recover(ctx, model, data_args, target, max_drop, calib_samples, batch_size, 
         Cuda()
     spec = RecoverSpec(goal, tuple(algos), percentile, chosen_steps, rank_samples=rank_samples or None,
                        rank_by=rank_by, precision=precision, deploy=deploy, backend=backend,
+                       engine_curve=engine_curve,
                        engine_layers=engine_layers, time_budget=budget_s, trt_version=trt_version, carrier=carrier)
     with pool_for(ray_address) as pool:
         res = run_recovery(model_file, info, cal, ev, spec, evaluation, out, memory, batch_size, names,

@@ -47,6 +47,7 @@ class Recovery:
         self.steps: list[dict] = []
         self.curve: list[dict] = []  # the fallback's measured points: layers in float -> figure, INT8 share
         self.ranked_on = None  # held-out samples the ranking was measured on
+        self.order: list[str] = []  # the fallback's ranking: the curve's k-th point has its first k in float
         self.clock = Clock(spec.time_budget)
 
     # -- measuring -----------------------------------------------------------------------------------------
@@ -192,7 +193,7 @@ class Recovery:
             p = prune(scorer, found["float_layers"], self.goal, overrides)
             found.update(float_layers=p["float_layers"], out_of_time=found["out_of_time"] or p["out_of_time"])
             pruned = p["pruned"]
-        order = [r["layer"] for r in ranking]
+        order = self.order = [r["layer"] for r in ranking]
         self.curve = [{"float_layers": k, "value": self.sign * v if v > float("-inf") else None,
                        "int8_macs_share": int8_share(self.macs, order[:k])} for k, v in found["curve"]]
         got = self._measure(state, float_layers=found["float_layers"])

@@ -28,6 +28,7 @@ class RecoverSpec:
     deploy: str = "implicit"  # the build simulated: implicit (the cache), qdq, or fp16 (the FP16+INT8 model)
     engine_layers: str | None = None
     backend: str = "onnxruntime"  # tensorrt: the chosen configuration built and measured as engines afterwards
+    engine_curve: bool = True  # with tensorrt: every point of the fallback curve built and timed too
     time_budget: float | None = None  # seconds
     trt_version: str = "8600"
     carrier: str = "EntropyCalibration2"

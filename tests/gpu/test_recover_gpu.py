@@ -30,7 +30,8 @@ def test_recover_measures_the_chosen_configuration_on_engines(tmp_path, deploy):
     assert r.returncode == 0, r.stderr
     res = json.loads((out / "recover.json").read_text())
     rows = {row["engine"]: row for row in res["engines"]["rows"]}
-    assert set(rows) == {"fp16", "all INT8", "recovered"}
+    assert set(rows) == {"fp16", "all INT8", "recovered", "curve: 2 in float"}  # the curve's other point too
     assert rows["recovered"]["value"] >= 30 > rows["all INT8"]["value"]
     assert all(row["median_ms"] > 0 for row in rows.values())
-    assert "int8" in rows["all INT8"]["layer_summary"]
+    assert "int8" in rows["all INT8"]["layer_summary"] and "int8" not in rows["curve: 2 in float"]["layer_summary"]
+    assert rows["curve: 2 in float"]["value"] >= 30
