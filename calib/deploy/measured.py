@@ -41,6 +41,10 @@ TABLES = [
     {"model": "YOLOv8n-320", "sha256": YOLOV8N_320, "card": "NVIDIA H100", "tensorrt": "8.6.0", "level": 3,
      "batch": 4, "date": "2026-12-06", "raw": "benchmarks/trt86-h100/qdq-l3-graph/yolov8n-l3-b4/table.json",
      "timing": "CUDA graph", "ms": {"fp16": 0.4924, "implicit": 0.4422}},
+    {"model": "YOLOv8n-320", "sha256": YOLOV8N_320, "card": "NVIDIA H100", "tensorrt": "8.6.0", "level": 3,
+     "batch": 4, "date": "2026-12-06", "raw": "benchmarks/trt86-h100/qdq-l3-graph/yolov8n-l3-b4/alternate-4.json",
+     "timing": "CUDA graph, in turns", "ms": {"fp16": 0.5271, "implicit": 0.4823, "qdq": 0.4886, "modelopt": 0.5374},
+     "names": {"qdq": "calib-qdq", "modelopt": "modelopt-qdq"}},
     {"model": "YOLOv8n-320", "sha256": YOLOV8N_320, "card": "NVIDIA H100", "tensorrt": "8.6.0", "level": 1,
      "batch": 4, "date": "2026-12-05", "raw": "benchmarks/trt86-h100/qdq-b4-stem/yolov8n/table.json",
      "ms": {"fp16": 0.7188, "implicit": 0.6701, "qdq": 0.9861, "modelopt": 0.7376},
@@ -60,13 +64,21 @@ def tables(sha256: str | None) -> list[dict]:
 
 
 def where(t: dict) -> str:
-    graph = ", timed as CUDA graphs" if t.get("timing") == "CUDA graph" else ""
+    timing = t.get("timing", "")
+    graph = ", timed as CUDA graphs" + (" in turns" if "in turns" in timing else "") if timing.startswith(
+        "CUDA graph") else ""
     return f"{t['card']}, TensorRT {t['tensorrt']}, builder level {t['level']}, batch {t['batch']}{graph}"
 
 
 def raw_field(t: dict) -> str:
     """The field of the raw table.json that holds this table's medians."""
     return "graph_median_ms" if t.get("timing") == "CUDA graph" else "median_ms"
+
+
+def raw_engines(t: dict, raw: dict) -> dict:
+    """The engines' entries of the raw file: a qdq_table table.json, or benchmarks/alternate.py's figures (the CUDA
+    graph mode's)."""
+    return raw["modes"]["cuda_graph"] if "in turns" in t.get("timing", "") else raw["engines"]
 
 
 def verdicts(t: dict, tolerance: float = TOLERANCE) -> list[dict]:
