@@ -346,12 +346,13 @@ def test_smoothing_levels_an_outlier_channel_and_keeps_fp32(tmp_path):
     x = np.random.default_rng(0).normal(size=(64, 8)).astype(np.float32)
     x[:, 0] *= 100
     new, done = smooth(m, [{"x": x}], ["mm"])
-    assert set(done) == {"mm"} and done["mm"] > 50
+    assert set(done) == {"mm"} and done["mm"].after_db > done["mm"].before_db + 8  # 34.4 -> 44.1 dB (alpha 0.65)
     np.testing.assert_allclose(OrtRunner(new).run({"x": x})["out"], OrtRunner(m).run({"x": x})["out"], rtol=1e-4,
                                atol=1e-3)
     leveled = OrtRunner(new, expose=["mm.smoothed.input"]).run({"x": x})["mm.smoothed.input"]
     mx = np.abs(leveled).max(0)
-    assert mx.max() / np.median(mx) < done["mm"] / 5  # the outlier channel is level with the rest now
+    before = np.abs(x).max(0)
+    assert mx.max() / np.median(mx) < before.max() / np.median(before) / 5  # the outlier channel is level now
     x2 = np.random.default_rng(0).normal(size=(64, 8)).astype(np.float32)  # no outlier: nothing to do
     assert smooth(m, [{"x": x2}], ["mm"])[1] == {}
 

@@ -86,17 +86,18 @@ def recalibrated(r, model: onnx.ModelProto) -> dict:
 
 
 def smooth_step(r, state: State, feeds) -> State:
-    from calib.search.smooth import smooth
+    from calib.search.smooth import alphas, gain_db, smooth
 
     smoothed, done = smooth(state.model, feeds, quantizable_layers(state.model), r.info.layout)
     if not done:
-        r.skip("activation smoothing (SmoothQuant)", state, "no MatMul/Gemm input with outlier channels")
+        r.skip("activation smoothing (SmoothQuant)", state, "no MatMul/Gemm layer whose INT8 output error smoothing "
+               "lowers")
         return state
     amaxes = recalibrated(r, smoothed)
     cand = State(smoothed, state.algorithm, amaxes[state.algorithm], {}, state.weights + ["smoothquant"])
     new = r.judge("activation smoothing (SmoothQuant)", state, cand,
-                  f"{len(done)} MatMul/Gemm layers (largest channel {max(done.values()):.0f}x the median)",
-                  layers=len(done))
+                  f"{len(done)} MatMul/Gemm layers, alpha {alphas(done)} chosen per layer on its INT8 output "
+                  f"error (median gain {gain_db(done):.1f} dB)", layers=len(done))
     if new is cand:
         r.amaxes = amaxes
     return new
