@@ -13,7 +13,8 @@ from calib.evaluate.deploy_doc import deploy_commands
 from conftest import ROOT
 
 LISTS = ROOT / "tests" / "data" / "trtexec"
-REMOVED_IN_11 = {"--int8", "--fp16", "--best", "--calib", "--precisionConstraints", "--layerPrecisions"}
+REMOVED_IN_11 = {"--int8", "--fp16", "--best", "--calib", "--precisionConstraints", "--layerPrecisions",
+                 "--layerOutputTypes"}
 VERSION = re.compile(r"\b(\d+)\.(\d+|x)\b")
 
 
@@ -103,6 +104,7 @@ VARIANTS = {
     "ranges, no FP16+INT8 model": _report(qdq_model="m.mse.qdq.onnx", ranges="ranges.json"),
     "with layers kept in float": _report(exclude=["conv*"], float_layers=["conv1", "conv2"]),
     "kept in float, with ranges": _report(exclude=["conv2"], float_layers=["conv2"], ranges="ranges.json"),
+    "kept in float, writers typed": _report(exclude=["conv2"], float_layers=["conv2"], float_writers=["relu1"]),
 }
 
 
@@ -153,6 +155,29 @@ def test_the_deploy_commands_per_version():
     assert ("calib cache convert runs/x/mse.cache --model m.onnx --to qdq --float-type fp16 --ranges "
             "runs/x/ranges.json -o m.mse.fp16.qdq.onnx --exclude conv2\n") in text  # migrate has no --exclude
     assert "cache migrate" not in text
+    text = deploy_commands(VARIANTS["kept in float, writers typed"], "mse")
+    assert ("--precisionConstraints=prefer --layerPrecisions=conv2:fp16 --layerOutputTypes=relu1:fp16 "
+            "--saveEngine") in text
+
+
+def test_the_writers_of_a_float_layer_are_the_nodes_feeding_it():
+    """conv1 -> relu1 -> conv2 (float) and relu1 -> add <- conv2: conv2's writer is relu1; add (float too) reads
+    relu1 and conv2, a float writer is left alone; weights and graph inputs have no writer."""
+    from onnx import TensorProto, helper
+
+    from calib.deploy.precision import float_input_writers
+
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"], name="conv1"),
+             helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
+             helper.make_node("Conv", ["r1", "w2"], ["c2"], name="conv2"),
+             helper.make_node("Add", ["r1", "c2"], ["y"])]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 4, 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    m = helper.make_model(g)
+    assert float_input_writers(m, ["conv2"]) == ["relu1"]
+    assert float_input_writers(m, ["conv2", "y"]) == ["relu1"]  # the unnamed Add is named after its output
+    assert float_input_writers(m, ["conv1"]) == []  # it reads the graph input
+    assert float_input_writers(m, ["relu1"]) == ["conv1"]
 
 
 @pytest.mark.parametrize("section, line, wrong", [

@@ -223,6 +223,23 @@ def test_layer_precisions_by_op_type_name_and_regex(cnn_data):
         parse_layer_precisions(["op:Gemm=int4"])
 
 
+def test_a_layer_kept_in_float_reads_float():
+    """TensorRT 8.6 lets an INT8 layer write INT8 into a layer pinned to float, which then computes on quantized
+    values (on an H100: 0.7 dB where the simulation of that layer in float said 49): the writer of every input of a
+    float layer gets that layer's precision as its output type; the stand-in writes INT8 the same way."""
+    trt, mem = _trt()
+    fed = cache_calibrator(read_cache(GOLDEN / "cnn" / "int8-minmax.cache"), trt, "EntropyCalibration2")
+    rules = ("op:Conv=int8", "node_of_conv1=fp16", "op:Gemm=fp32")
+    built = build(CNN, BuildSpec(precisions=("int8", "fp16"), batch_size=8, layer_precisions=rules), fed, trt, mem)
+    net = trt.builds[-1]["network"]
+    types = {layer.name: dict(layer._output_types) for layer in net.layers}
+    assert types["node_of_relu0"] == {0: trt.float16}  # conv1 (fp16) reads relu0
+    assert types["node_of_flat"] == {0: trt.float32}  # the Gemm (fp32) reads flat
+    assert types["node_of_conv0"] == types["node_of_conv2"] == {}  # their readers are free
+    assert not any(t for name, t in types.items() if name.startswith("node_of_relu") and name != "node_of_relu0")
+    assert {layer["name"]: layer["precision"] for layer in built.layers}["node_of_conv1"] == "fp16"
+
+
 def test_qdq_model_builds_explicitly(tmp_path, cnn_data):
     from calib.quantize.qdq import insert_qdq
     import onnx

@@ -184,6 +184,7 @@ def evaluate(model, caches, data_args, batch_size, task, head, charset, metric, 
     from calib.quantize.cachecheck import CacheChecks, load_checked
     from calib.quantize.model import check_fp32, inspect_model, load_model
     from calib.quantize.patterns import check_exclusions, excluded_layers
+    from calib.deploy.precision import float_input_writers
     from calib.quantize.shapes import fix_input_shapes
     from calib.stats.histogram import HistogramCollector
 
@@ -203,6 +204,7 @@ def evaluate(model, caches, data_args, batch_size, task, head, charset, metric, 
         proto = load_model(built)
     ex = check_exclusions(proto, exclude, model)
     float_layers = excluded_layers(proto, ex)
+    float_writers = float_input_writers(proto, float_layers)
     del proto
     checks = CacheChecks(ignore_hash, allow_unknown, ignore_sidecar, allow_partial)
     configs, calib_samples = {}, set()
@@ -229,7 +231,7 @@ def evaluate(model, caches, data_args, batch_size, task, head, charset, metric, 
     report = {"recipe": Path(model).stem, "model": str(model), "model_sha256": info.sha256,
               "calibration": {"samples": calib_samples.pop() if len(calib_samples) == 1 else None},
               "evaluation": {"samples": res["samples"], "configs": res["configs"]},
-              "exclude": list(exclude), "float_layers": float_layers,
+              "exclude": list(exclude), "float_layers": float_layers, "float_writers": float_writers,
               "precision_model": {**pm.to_json(), "text": pm.describe()},
               "fp32_task": res.get("fp32_task"), "summary": summary(res, candidates=list(configs)),
               "files": ["report.json", "report.md", "report.html"],

@@ -213,3 +213,21 @@ def hit_rate(predicted: PrecisionModel, actual: PrecisionModel, nodes=None) -> d
     return {"nodes": len(pool), "int8_vs_float": len(side), "exact": len(exact),
             "misses": sorted(n for n in pool if n not in side),
             "int8_layers": len(act), "fusions": len(act & pred), "fusion_misses": sorted(act - pred)}
+
+
+def float_input_writers(model: onnx.ModelProto, nodes) -> list[str]:
+    """The nodes writing an input of the nodes kept in float (`nodes`), themselves not among them: TensorRT lets
+    an INT8 writer write INT8 into a float layer, which then computes on quantized values, unless the writer's
+    output type is float (trtexec --layerOutputTypes; calib build types them itself)."""
+    floats = set(nodes)
+    writer = {o: n for n in model.graph.node for o in n.output}
+    out = []
+    for n in model.graph.node:
+        if node_name(n) not in floats:
+            continue
+        for i in n.input:
+            w = writer.get(i)
+            if w is not None and w.op_type not in ("Constant", "Shape") and node_name(w) not in floats \
+                    and node_name(w) not in out:
+                out.append(node_name(w))
+    return out

@@ -3,8 +3,8 @@
 TensorRT 8.6 to 10.x builds implicit INT8 from the calibration cache and the Q/DQ model weakly typed
 (`--int8 --fp16`: the float layers in FP16); TensorRT 10.x can build, and 11.x only builds, strongly typed networks,
 whose layers run in the types the ONNX model gives them: there the FP16+INT8 model (float layers FP16, quantized
-layers INT8) is the one to build, and trtexec has no --int8, --fp16, --best, --calib, --precisionConstraints or
---layerPrecisions. Each section's first comment line names the TensorRT versions its trtexec lines are for
+layers INT8) is the one to build, and trtexec has no --int8, --fp16, --best, --calib, --precisionConstraints,
+--layerPrecisions or --layerOutputTypes. Each section's first comment line names the TensorRT versions its trtexec lines are for
 (tests/test_deploy_commands.py checks them against each version's option list).
 """
 from __future__ import annotations
@@ -36,10 +36,13 @@ def _excludes(patterns) -> str:
     return "".join(f" --exclude {quoted(p)}" for p in patterns)
 
 
-def implicit_lines(model: str, cache: str, patterns, nodes) -> list[str]:
-    """trtexec and calib build from the cache, the layers kept in float asked in FP16 (precision constraints)."""
+def implicit_lines(model: str, cache: str, patterns, nodes, writers=()) -> list[str]:
+    """trtexec and calib build from the cache, the layers kept in float asked in FP16 (precision constraints), the
+    layers writing their inputs writing FP16 (else TensorRT may write INT8 into them; calib build does this)."""
     trt_float = (" --precisionConstraints=prefer --layerPrecisions=" + quoted(",".join(f"{n}:fp16" for n in nodes))
                  if nodes else "")
+    if nodes and writers:
+        trt_float += " --layerOutputTypes=" + quoted(",".join(f"{w}:fp16" for w in writers))
     build_float = "".join(f" --layer-precision {quoted(p + '=fp16')}" for p in patterns)
     return [IMPLICIT,
             f"trtexec --onnx={quoted(model)} --int8 --fp16 --calib={quoted(cache)}{trt_float}"
@@ -109,6 +112,6 @@ def deploy_commands(report: dict, ship: str) -> str:
     worse = fp16_worse(report, ship)
     strong = (strong_qdq_lines(report, out, model, ship, worse) if worse
               else strong_lines(report, out, model, cache, ship, patterns))
-    lines = (implicit_lines(model, cache, patterns, nodes)
+    lines = (implicit_lines(model, cache, patterns, nodes, report.get("float_writers") or ())
              + weak_lines(report, out, model, cache, ship, patterns, worse) + strong)
     return "\n".join(lines)

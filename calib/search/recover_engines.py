@@ -93,12 +93,16 @@ class Jobs:
 
         if self.deploy == "fp16":
             return BuildSpec(precisions=("fp16", "int8"), batch_size=self.b, strongly_typed=True)
-        if self.deploy == "qdq" or not layers:
+        if self.deploy == "qdq":
             return BuildSpec(precisions=("int8", "fp16"), batch_size=self.b)
+        from calib.quantize.qdq import quantizable_layers
         from calib.search.engines import pin_rules
 
+        # every quantizable layer asked in INT8 (TensorRT would otherwise keep some in float where that is faster,
+        # and the engine would not be the configuration simulated), then the float layers
         precision = self.recovery.spec.precision
-        rules = pin_rules(self.state.model, layers) + tuple(f"{n}={precision}" for n in layers)
+        rules = pin_rules(self.state.model, quantizable_layers(self.state.model)) + tuple(
+            f"{n}={precision}" for n in layers)
         return BuildSpec(precisions=("int8", "fp16"), batch_size=self.b, layer_precisions=rules)
 
     def _calibrator(self):

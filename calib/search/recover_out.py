@@ -7,6 +7,7 @@ import hashlib
 import logging
 from pathlib import Path
 
+from calib.deploy.precision import float_input_writers
 from calib.evaluate.deploy_doc import deploy_commands
 from calib.io.files import atomic_write_bytes, atomic_write_json, atomic_write_text
 from calib.quantize.cache import Sidecar, write_cache, write_sidecar
@@ -62,7 +63,8 @@ def write_outputs(stage: Path, out: Path, res: dict, recovery, command: str | No
     res.update(files=sorted(files), cache=CACHE, model_file=str(model_file), qdq_model=qdq, fp16_model=fp16,
                command=command)
     doc = {"out_dir": str(out), "model_file": str(model_file), "caches": {"recovered": str(out / CACHE)},
-           "exclude": floats, "float_layers": floats, "qdq_model": qdq, "fp16_model": fp16}
+           "exclude": floats, "float_layers": floats, "float_writers": float_input_writers(weights, floats),
+           "qdq_model": qdq, "fp16_model": fp16}
     res["deploy"] = deploy_commands(doc, "recovered")
     rewrite_report(stage, res)
     return res

@@ -32,9 +32,15 @@ class _Layer:
         self.num_outputs = len(self._outputs)
         self._precision = None
         self._output_types = {}
+        self._inputs = []  # the tensors it reads (weights aside), set by the parser
+
+    num_inputs = property(lambda self: len(self._inputs))
 
     def get_output(self, index):
         return self._outputs[index]
+
+    def get_input(self, index):
+        return self._inputs[index]
 
 
 class _WeakLayer(_Layer):
@@ -105,6 +111,9 @@ class _Parser:
                 node.name = f"node_of_{node.output[0]}"  # TensorRT 8.6's name for an unnamed ONNX node
             net.layers.append(layer_cls(net._t, node))
         by_name = {o.name: o for layer in net.layers for o in layer._outputs}
+        by_name.update({i.name: i for i in net._inputs})
+        for layer, node in zip(net.layers, m.graph.node):
+            layer._inputs = [by_name[i] for i in node.input if i in by_name]
         net._outputs = [by_name[o.name] for o in m.graph.output]
         for t, o in zip(net._outputs, m.graph.output):  # an integer graph output (a plugin's counts) stays integer
             if o.type.tensor_type.elem_type == onnx.TensorProto.INT32:
@@ -276,11 +285,18 @@ class _Builder:
                 prec = "Int8"
             else:
                 prec = "FP16" if fp16 else "FP32"
+            outs = [_FORMAT.get(layer._output_types.get(j), prec) for j in range(len(layer._outputs))]
             layers.append({"Name": layer.name, "LayerType": tname,
                            "Inputs": [{"Name": "x", "Format/Datatype": f"Row major linear {prec} format"}],
-                           "Outputs": [{"Name": o.name, "Format/Datatype": f"Row major linear {prec} format"}
-                                       for o in layer._outputs],
+                           "Outputs": [{"Name": o.name, "Format/Datatype": f"Row major linear {p} format"}
+                                       for o, p in zip(layer._outputs, outs)],
                            "TacticName": "standin"})
+        # As TensorRT 8.6 does (measured on an H100): an INT8 layer writes INT8 unless its output type says
+        # otherwise, also into a layer pinned to float, which then reads the quantized values
+        written = {o["Name"] for la in layers for o in la["Outputs"] if "Int8" in o["Format/Datatype"]}
+        into_float = [[t.name, layer.name] for layer in net.layers
+                      if getattr(layer, "_precision", None) in (DataType.FLOAT, DataType.HALF)
+                      for t in layer._inputs if t.name in written]
         plan = {"model": net._model_path, "inputs": [[i.name, list(i.shape), int(i.dtype)] for i in net._inputs],
                 "int64_inputs": list(net._int64_inputs),
                 "outputs": [o.name for o in net._outputs], "output_dtypes": [int(o.dtype) for o in net._outputs],
@@ -288,9 +304,13 @@ class _Builder:
                 "profiles": [{k: [list(s) for s in v] for k, v in p.items()} for p in profiles],
                 "layers": layers, "scales": scales, "flags": sorted(int(f) for f in cfg.flags),
                 "simulate_int8": bool(self._t.simulate_int8 and scales),
-                "int8_layers": [la["Name"] for la in layers if "Int8" in la["Outputs"][0]["Format/Datatype"]]}
+                "int8_layers": [la["Name"] for la in layers if "Int8" in la["Inputs"][0]["Format/Datatype"]],
+                "int8_into_float": into_float}
         self._t.builds.append({"config": cfg, "network": net})
         return b"STANDIN" + json.dumps(plan).encode()
+
+
+_FORMAT = {DataType.FLOAT: "FP32", DataType.HALF: "FP16", DataType.INT8: "Int8"}
 
 
 def parse_cache(blob: bytes) -> dict:

@@ -34,7 +34,31 @@ def _simulated(plan):
     model = onnx.load(plan["model"])
     int8 = {n[len("node_of_"):] if n.startswith("node_of_") else n for n in plan["int8_layers"]}
     floats = tuple(n for n in quantizable_layers(model) if n not in int8)
-    return insert_qdq(model, {k: v * 127.0 for k, v in plan["scales"].items()}, Exclusions(names=floats))
+    q = insert_qdq(model, {k: v * 127.0 for k, v in plan["scales"].items()}, Exclusions(names=floats))
+    return _int8_into_float(q, plan)
+
+
+def _int8_into_float(model, plan):
+    """A Q/DQ pair (the tensor's scale) before each float-pinned layer that reads a tensor written in INT8."""
+    import numpy as np
+    from onnx import helper, numpy_helper
+
+    g = model.graph
+    for k, (tensor, layer) in enumerate(plan.get("int8_into_float", ())):
+        name = layer[len("node_of_"):] if layer.startswith("node_of_") else layer
+        at = next(i for i, n in enumerate(g.node) if (n.name or n.output[0]) == name)
+        node = g.node[at]
+        s, z = f"standin_s{k}", f"standin_z{k}"
+        g.initializer.extend([numpy_helper.from_array(np.array(plan["scales"][tensor], np.float32), s),
+                              numpy_helper.from_array(np.array(0, np.int8), z)])
+        pair = [helper.make_node("QuantizeLinear", [tensor, s, z], [f"{tensor}_standin_q{k}"]),
+                helper.make_node("DequantizeLinear", [f"{tensor}_standin_q{k}", s, z], [f"{tensor}_standin_dq{k}"])]
+        for i, x in enumerate(node.input):
+            if x == tensor:
+                node.input[i] = f"{tensor}_standin_dq{k}"
+        for n in reversed(pair):
+            g.node.insert(at, n)
+    return model
 
 
 def _model_runner(plan):
