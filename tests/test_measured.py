@@ -122,3 +122,5 @@ def test_in_turns_graph_table_quotes_the_alternated_figures():
     assert got == {"implicit": ("pays", 1.093), "qdq": ("pays", 1.079), "modelopt": ("same", 0.981)}
     items = worth_blocks({"model_sha256": t["sha256"][0]})[2][1]
     assert any("timed as CUDA graphs in turns" in i for i in items)
+    enqueued = next(i for i in items if "qdq-l3/yolov8n-l3-b4" in i)
+    assert "0.93x: slower" in enqueued and "runs 0.99x the implicit engine" in enqueued  # the later figure beside it
