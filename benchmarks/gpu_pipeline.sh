@@ -28,6 +28,8 @@
 #               (benchmarks/alternate.py: plain and CUDA-graph figures); KEEP_ENGINES=1 on collect brings engines back
 #   l3-yolov8n-resume  calib-qdq and modelopt-qdq beside the implicit and FP16 engines an earlier H100 lease
 #               brought back, all in turns
+#   l3-yolov8n-residual  calib-qdq-resconv and -resact (--residual-branch conv / act) beside the carried implicit,
+#               FP16 and calib-qdq engines, all five in turns
 #   gpu-tests   pytest -m gpu tests/gpu (level 1), capped at TESTS_S
 set -uo pipefail; shopt -s nullglob
 P=/tmp/pipe R=/tmp/pipe/res
@@ -131,6 +133,15 @@ case $1 in
           echo "exit $?" >> "$R/l3-yolov8n-b4.log"
           timeout 300 python3.10 benchmarks/alternate.py $D --engines implicit,calib-qdq,fp16,modelopt-qdq --name alternate-4 \
             > "$R/alt-yolov8n-3q.log" 2>&1
+          ;;
+        l3-yolov8n-residual)  # --residual-branch conv and act beside the carried implicit, FP16 and calib-qdq engines
+          D=/tmp/qdq22/yolov8n-l3-b4 E=${ENGINES_DIR:-benchmarks/gpu-stage/engines/h100-l3-b4} T=benchmarks/trt86-h100/qdq-l3-graph/yolov8n-l3-b4
+          mkdir -p $D/work && cp $T/table.json $T/layers.json $T/profile.json $D/
+          for n in implicit fp16 calib-qdq; do cp $E/yolov8n-l3-b4-$n.engine $D/work/$n.engine && cp $T/$n.engine.json $D/work/; done
+          QDQ_DEADLINE=5000 qdq yolov8n 3 4 calib-qdq-resconv,calib-qdq-resact $D 1400 > "$R/l3-yolov8n-res.log" 2>&1
+          echo "exit $?" >> "$R/l3-yolov8n-res.log"
+          timeout 360 python3.10 benchmarks/alternate.py $D --engines implicit,calib-qdq,calib-qdq-resconv,calib-qdq-resact,fp16 \
+            --name alternate-res > "$R/alt-yolov8n-res.log" 2>&1
           ;;
         gpu-tests)  # the GPU tests of the tree (level 1), capped at TESTS_S
           timeout "${TESTS_S:-400}" python3.10 -m pytest -m gpu ${GPU_TESTS:-tests/gpu} -q -p no:cacheprovider \

@@ -68,6 +68,30 @@ def test_silu_branch_is_a_conv_backbone():
     assert not any(name in ("sig", "silu") for name, _ in s)
 
 
+def test_residual_branch_through_an_activation_quantized_before_or_after_it_on_request():
+    """YOLOv8's bottleneck (Conv -> SiLU -> Add with the skip): TensorRT 8.6 does not fuse the Add into the Conv
+    there. conv: the Conv's output gets Q/DQ on both its readers (Sigmoid and Mul), one pair; act: the SiLU's output
+    at the Add. A Conv feeding its Add directly (the inverted residual) gets nothing more either way."""
+    nodes = [_conv("input", "w0", "x"), _conv("x", "w1", "c"), helper.make_node("Sigmoid", ["c"], ["s"], name="sig"),
+             helper.make_node("Mul", ["c", "s"], ["m"], name="silu"),
+             helper.make_node("Add", ["m", "x"], ["y"], name="add"), _conv("y", "w2", "out")]
+    m = _model(nodes, [("input", [1, 3, 4, 4])], ["out"], [("w0", _w(4, 3)), ("w1", _w(4, 4)), ("w2", _w(2, 4))])
+    sites = lambda **kw: {(m.graph.node[x.node].name, x.input): x.tensor for x in place(m, stem_output=False, **kw)}
+    base = sites()
+    conv = sites(residual_branch="conv")
+    assert set(conv) - set(base) == {("sig", 0), ("silu", 0)} and conv[("sig", 0)] == conv[("silu", 0)] == "c"
+    act = sites(residual_branch="act")
+    assert set(act) - set(base) == {("add", 0)} and act[("add", 0)] == "m"
+    amax = {t: 2.0 for t in ("input", "x", "c", "s", "m", "y")}
+    assert count_qdq(insert_qdq(m, amax, residual_branch="conv")) == count_qdq(insert_qdq(m, amax)) + 1
+    assert count_qdq(insert_qdq(m, amax, residual_branch="act")) == count_qdq(insert_qdq(m, amax)) + 1
+    ir = inverted_residual()
+    for where in ("conv", "act"):
+        assert len(place(ir, stem_output=False, residual_branch=where)) == len(place(ir, stem_output=False))
+    with pytest.raises(ValueError, match="not one of"):
+        place(m, residual_branch="both")
+
+
 def test_decoder_add_without_a_conv_input_stays_float():
     """YOLO box decoding: xy = Sigmoid(reshaped head) * stride + grid; x2y2 = xy + wh."""
     nodes = [_conv("input", "w0", "h"), helper.make_node("Reshape", ["h", "shape"], ["r"], name="reshape"),

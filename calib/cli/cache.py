@@ -105,6 +105,10 @@ def cache_diff(a, b, top, ignore_sidecar):
               help="Q/DQ: quantize the output of a stem Conv (<= 4 input channels) before its LeakyRelu, which "
                    "TensorRT 8.6 leaves unfused (YOLOv3-tiny's layer0): the Q/DQ engine then runs as fast as the "
                    "implicit one, at its accuracy; --keep-stem-output-float: one rounding fewer, slower engine.")
+@click.option("--residual-branch", type=click.Choice(["float", "conv", "act"]), default="float", show_default=True,
+              help="Q/DQ: a residual Add whose Conv reaches it through an activation (Conv -> SiLU -> Add), which "
+                   "TensorRT 8.6 does not fuse: conv quantizes the Conv's output (activation + Add then run as one "
+                   "INT8 layer, as in the implicit engine), act the activation's output (as ModelOpt places it).")
 @click.option("--allow-float-weights", is_flag=True,
               help="Q/DQ: write the model even where a layer's input gets Q/DQ but its weight stays float "
                    "(refused by default: TensorRT cannot run that layer in INT8).")
@@ -124,8 +128,8 @@ def cache_diff(a, b, top, ignore_sidecar):
 @click.option("--out", "-o", required=True, type=click.Path(dir_okay=False))
 @_handled
 def cache_convert(file, model, fmt, carrier, trt_version, exclude, ignore_hash, allow_unknown, int8_weights,
-                  quantize_stem_output, allow_float_weights, like_engine, allow_qdq, float_type, io_type, ranges,
-                  ignore_sidecar, allow_partial, out):
+                  quantize_stem_output, residual_branch, allow_float_weights, like_engine, allow_qdq, float_type,
+                  io_type, ranges, ignore_sidecar, allow_partial, out):
     """Turn a cache into a Q/DQ ONNX model (TensorRT explicit quantization) or relabel its header (+ sidecar)."""
     from calib.cli.common import given_path
     from calib.io.files import atomic_write_bytes
@@ -178,10 +182,11 @@ def cache_convert(file, model, fmt, carrier, trt_version, exclude, ignore_hash, 
         return
     if float_type == "fp16":
         _write_fp16(proto, c, ex, int8_weights, io_type, ranges, quantize_stem_output, model, allow_float_weights,
-                    out, f"; {len(like)} layers left in float as in {like_engine}" if like_engine else "")
+                    out, f"; {len(like)} layers left in float as in {like_engine}" if like_engine else "",
+                    residual_branch)
         return
     q = insert_qdq(qproto, c.amaxes(), ex, int8_weights=int8_weights,
-                   stem_output=quantize_stem_output)
+                   stem_output=quantize_stem_output, residual_branch=residual_branch)
     _say_stem(qproto, ex, quantize_stem_output)
     cov = weight_coverage(q)
     check_float_weights(cov, model, allow_float_weights, "--allow-float-weights")
@@ -208,7 +213,7 @@ def _say_stem(proto, ex, quantized: bool) -> None:
 
 
 def _write_fp16(proto, c, ex, int8_weights, io_type, ranges, stem_output, model, allow_float_weights, out,
-                kept_text="") -> None:
+                kept_text="", residual_branch="float") -> None:
     """Write the FP16+INT8 model of `proto` with the cache `c` to `out` and say which layers stay FP32."""
     from calib.io.files import atomic_write_bytes
     from calib.quantize.coverage import check_float_weights, weight_coverage
@@ -218,7 +223,7 @@ def _write_fp16(proto, c, ex, int8_weights, io_type, ranges, stem_output, model,
 
     table = read_ranges(ranges, proto, model) if ranges else None
     f = make_fp16_model(proto, c.amaxes(), table, f"{ranges} (at least the cache's amax)" if ranges else None, ex,
-                        int8_weights, io_type, stem_output, label=model)
+                        int8_weights, io_type, stem_output, label=model, residual_branch=residual_branch)
     cov = weight_coverage(f.model)
     check_float_weights(cov, model, allow_float_weights, "--allow-float-weights")
     atomic_write_bytes(out, f.model.SerializeToString())
@@ -256,6 +261,6 @@ def cache_migrate(ctx, file, model, out, ranges, io_type, exclude, int8_weights,
     with `trtexec --onnx=OUT` (TensorRT 11, strongly typed) or `trtexec --onnx=OUT --stronglyTyped` (10.x)."""
     ctx.invoke(cache_convert, file=file, model=model, fmt="qdq", carrier="EntropyCalibration2", trt_version=None,
                exclude=exclude, ignore_hash=ignore_hash, allow_unknown=allow_unknown, int8_weights=int8_weights,
-               quantize_stem_output=True, allow_float_weights=False, like_engine=None, allow_qdq=False,
-               float_type="fp16", io_type=io_type, ranges=ranges, ignore_sidecar=ignore_sidecar,
+               quantize_stem_output=True, residual_branch="float", allow_float_weights=False, like_engine=None,
+               allow_qdq=False, float_type="fp16", io_type=io_type, ranges=ranges, ignore_sidecar=ignore_sidecar,
                allow_partial=allow_partial, out=out)

@@ -52,12 +52,13 @@ class Fp16Model:
 def make_fp16_model(model: onnx.ModelProto, amax: dict, ranges: dict | None = None, ranges_from: str | None = None,
                     exclude: Exclusions = Exclusions(), int8_weights: bool = False, io_type: str = "fp32",
                     stem_output: bool = True, label: str | None = None, tail: bool = True,
-                    fp32: tuple = ()) -> Fp16Model:
+                    fp32: tuple = (), residual_branch: str = "float") -> Fp16Model:
     """The FP16+INT8 model of `model` with activation amax `amax`. `ranges`: tensor -> absolute maximum over the
     calibration pass (None: the amax table stands in, a lower bound); layers in `exclude` stay float (FP16); the
     nodes named in `fp32` stay FP32 (a fallback that keeps layers in FP32)."""
     m19 = at_qdq_opset(model, label, FP16_QDQ_OPSET)
-    q = insert_qdq(m19, amax, exclude, int8_weights=int8_weights, label=label, stem_output=stem_output)
+    q = insert_qdq(m19, amax, exclude, int8_weights=int8_weights, label=label, stem_output=stem_output,
+                   residual_branch=residual_branch)
     if ranges is None:
         ranges, ranges_from = dict(amax), ranges_from or "the cache's amax (clipped by its calibrator: a lower bound)"
     else:

@@ -234,9 +234,43 @@ def _groups(g: Graph, sites: list[Site]) -> list[Site]:
     return out
 
 
-def place(model: onnx.ModelProto, excluded=lambda node: False, stem_output: bool = True) -> list[Site]:
-    """Every edge TensorRT should see quantized, in graph order."""
+RESIDUAL_BRANCHES = ("float", "conv", "act")
+
+
+def _residual_branches(g: Graph, excluded, where: str) -> list[Site]:
+    """For a residual Add whose Conv branch reaches it through an activation (YOLOv8's bottleneck: Conv -> SiLU ->
+    Add), which TensorRT 8.6 does not fuse into the Conv: where="conv" quantizes the Conv's output (the Conv writes
+    INT8, activation + Add run as one INT8 pointwise layer: what the implicit engine does); where="act" the
+    activation's output (Conv + activation fuse and write INT8, the Add runs alone in INT8: ModelOpt's placement)."""
+    out = []
+    for ni, node in enumerate(g.nodes):
+        if node.op_type != "Add" or excluded(node):
+            continue
+        r = residual_input(g, node)
+        if r is None:
+            continue
+        branch = node.input[1 - r]
+        conv = _backbone(g, branch)
+        if conv is None or g.nodes[conv].output[0] == branch or excluded(g.nodes[conv]):
+            continue  # no activation between: TensorRT fuses Conv + Add already
+        if where == "act":
+            out.append(Site(ni, 1 - r, "act", branch, branch))
+            continue
+        t = g.nodes[conv].output[0]
+        for j in g.consumers.get(t, []):
+            out += [Site(j, k, "act", t, t) for k, x in enumerate(g.nodes[j].input) if x == t]
+    return out
+
+
+def place(model: onnx.ModelProto, excluded=lambda node: False, stem_output: bool = True,
+          residual_branch: str = "float") -> list[Site]:
+    """Every edge TensorRT should see quantized, in graph order. residual_branch: "float" (the default), "conv" or
+    "act": see _residual_branches."""
+    if residual_branch not in RESIDUAL_BRANCHES:
+        raise ValueError(f"residual_branch '{residual_branch}' is not one of {', '.join(RESIDUAL_BRANCHES)}")
     g = Graph.of(model)
     seeds = _seeds(g, excluded) + (_stem_outputs(model, g, excluded) if stem_output else [])
+    if residual_branch != "float":
+        seeds += _residual_branches(g, excluded, residual_branch)
     sites = _groups(g, _spread(g, seeds, excluded))
     return sorted(sites, key=lambda s: (s.node, s.input))

@@ -160,14 +160,15 @@ def _set_kernel_shape(node, shape: tuple) -> None:
 def insert_qdq(model: onnx.ModelProto, amax: dict, exclude: Exclusions = Exclusions(),
                per_channel: bool = True, weights: bool = True, activations: bool = True,
                int8_weights: bool = False, label: str | None = None,
-               stem_output: bool = True) -> onnx.ModelProto:
+               stem_output: bool = True, residual_branch: str = "float") -> onnx.ModelProto:
     """A copy of `model` with Q/DQ pairs; `amax` maps activation tensor names to their amax.
 
     A model below opset 13 is converted first (calib.quantize.opset; `label` names it in errors); the copy's
     metadata says its opset. The amax table goes through TensorRT's scale ties first (calib.quantize.ties), so a
     cache and its Q/DQ model agree. weights=False or activations=False leaves that kind in float (to tell which
     of the two costs accuracy); stem_output: quantize a stem Conv's output before its LeakyRelu (the default:
-    TensorRT 8.6's speed; False keeps it float, a little more accurate; calib.quantize.placement)."""
+    TensorRT 8.6's speed; False keeps it float, a little more accurate; calib.quantize.placement); residual_branch:
+    "conv" or "act" quantizes a residual Add's Conv branch before or after its activation (placement)."""
     m = at_qdq_opset(model, label)
     if m is model:
         m = onnx.ModelProto()
@@ -180,7 +181,7 @@ def insert_qdq(model: onnx.ModelProto, amax: dict, exclude: Exclusions = Exclusi
     done: dict[tuple, str] = {}  # (tensor, scale source) -> dequantized name
     rewires = []
     missing, zero = set(), set()
-    for site in place(m, exclude.excludes, stem_output=stem_output):
+    for site in place(m, exclude.excludes, stem_output=stem_output, residual_branch=residual_branch):
         if not (weights if site.kind == "weight" else activations):
             continue
         node = g.node[site.node]
