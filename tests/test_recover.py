@@ -346,7 +346,8 @@ def test_smoothing_levels_an_outlier_channel_and_keeps_fp32(tmp_path):
     x = np.random.default_rng(0).normal(size=(64, 8)).astype(np.float32)
     x[:, 0] *= 100
     new, done = smooth(m, [{"x": x}], ["mm"])
-    assert set(done) == {"mm"} and done["mm"].after_db > done["mm"].before_db + 8  # 34.4 -> 44.1 dB (alpha 0.65)
+    # held out (scales set on 32 rows, measured on the other 32, both ways): 28.6 -> 33.9 dB at alpha 0.65
+    assert set(done) == {"mm"} and done["mm"].after_db > done["mm"].before_db + 4 and done["mm"].alpha == 0.65
     np.testing.assert_allclose(OrtRunner(new).run({"x": x})["out"], OrtRunner(m).run({"x": x})["out"], rtol=1e-4,
                                atol=1e-3)
     leveled = OrtRunner(new, expose=["mm.smoothed.input"]).run({"x": x})["mm.smoothed.input"]
@@ -359,17 +360,17 @@ def test_smoothing_levels_an_outlier_channel_and_keeps_fp32(tmp_path):
 
 def test_recover_keeps_smoothing_where_it_helps(tmp_path):
     p = outlier_matmul(tmp_path / "m.onnx")
-    x = np.random.default_rng(0).uniform(-1, 1, size=(96, 8)).astype(np.float32)  # bounded: no clipping
+    x = np.random.default_rng(0).uniform(-1, 1, size=(160, 8)).astype(np.float32)  # bounded: no clipping
     x[:, 0] *= 100
     np.save(tmp_path / "x.npy", x)
     out = tmp_path / "out"
     r = CliRunner().invoke(main, ["-q", "recover", str(p), "--data", str(tmp_path / "x.npy"), "--target",
                                   "out_sqnr_db>=40", "--algo", "minmax", "--steps", "smoothquant", "--deploy", "qdq",
-                                  "-o", str(out)])
+                                  "--calib-samples", "64", "-o", str(out)])  # MIN_ROWS rows to choose alpha on
     assert r.exit_code == 0, r.output
     res = json.loads((out / "recover.json").read_text())
     step = next(s for s in res["steps"] if s["step"].startswith("activation smoothing"))
-    assert step["kept"] and step["value"] > step["before"] + 8  # 38.7 -> 48.3 dB
+    assert step["kept"] and step["value"] > step["before"] + 8  # 38.5 -> 48.1 dB
     assert res["met"] and res["float_layers"] == [] and res["weights_changed"] == ["smoothquant"]
     assert (out / "m.recovered.onnx").is_file()
 
