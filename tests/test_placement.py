@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from calib.quantize.placement import place
+from calib.quantize.placement import place, residual_adds
 from calib.quantize.qdq import count_qdq, insert_qdq
 from calib.quantize.ties import tie_amax
 from calib.runners.onnxruntime import OrtRunner
@@ -90,6 +90,39 @@ def test_residual_branch_through_an_activation_quantized_before_or_after_it_on_r
         assert len(place(ir, stem_output=False, residual_branch=where)) == len(place(ir, stem_output=False))
     with pytest.raises(ValueError, match="not one of"):
         place(m, residual_branch="both")
+    assert residual_adds(m) == ["add"] and residual_adds(ir) == []
+    assert residual_adds(m, lambda node: node.name == "add") == []
+
+
+def test_cache_convert_says_which_residual_placement_it_wrote(tmp_path):
+    """The bottleneck model through calib calibrate and cache convert: the line names the Add and the option."""
+    from click.testing import CliRunner
+
+    from calib.cli import main
+
+    nodes = [_conv("input", "w0", "x"), _conv("x", "w1", "c"), helper.make_node("Sigmoid", ["c"], ["s"], name="sig"),
+             helper.make_node("Mul", ["c", "s"], ["m"], name="silu"),
+             helper.make_node("Add", ["m", "x"], ["y"], name="add"), _conv("y", "w2", "out")]
+    m = _model(nodes, [("input", [1, 3, 4, 4])], ["out"], [("w0", _w(4, 3)), ("w1", _w(4, 4)), ("w2", _w(2, 4))])
+    import onnx
+
+    onnx.save(m, str(tmp_path / "m.onnx"))
+    np.save(tmp_path / "x.npy", RNG.normal(0, 1, (16, 3, 4, 4)).astype(np.float32))
+    run = lambda *a: CliRunner().invoke(main, [str(x) for x in a])
+    assert run("calibrate", tmp_path / "m.onnx", "--data", tmp_path / "x.npy", "--out", tmp_path).exit_code == 0
+    said = {}
+    for where in ("float", "conv", "act"):
+        r = run("cache", "convert", tmp_path / "minmax.cache", "--model", tmp_path / "m.onnx", "--to", "qdq",
+                "--residual-branch", where, "-o", tmp_path / f"{where}.onnx")
+        assert r.exit_code == 0, r.output
+        said[where] = next(line for line in r.output.splitlines() if "residual Add" in line)
+        q = onnx.load(str(tmp_path / f"{where}.onnx"))
+        quantized = {n.input[0] for n in q.graph.node if n.op_type == "QuantizeLinear"}
+        assert ("c" in quantized) == (where == "conv") and ("m" in quantized) == (where == "act")
+    assert "1 residual Add behind an activation (add): Conv branch kept float (the default)" in said["float"]
+    assert "--residual-branch conv quantizes" in said["float"]
+    assert said["conv"].endswith("quantized at the Conv's output (--residual-branch conv)")
+    assert said["act"].endswith("quantized at the activation's output (--residual-branch act)")
 
 
 def test_decoder_add_without_a_conv_input_stays_float():

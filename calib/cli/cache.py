@@ -188,11 +188,31 @@ def cache_convert(file, model, fmt, carrier, trt_version, exclude, ignore_hash, 
     q = insert_qdq(qproto, c.amaxes(), ex, int8_weights=int8_weights,
                    stem_output=quantize_stem_output, residual_branch=residual_branch)
     _say_stem(qproto, ex, quantize_stem_output)
+    _say_residual(qproto, ex, residual_branch)
     cov = weight_coverage(q)
     check_float_weights(cov, model, allow_float_weights, "--allow-float-weights")
     atomic_write_bytes(out, q.SerializeToString())
     kept = f"; {len(like)} layers left in float as in {like_engine}" if like_engine else ""
     click.echo(f"wrote {out} ({count_qdq(q)} Q/DQ pairs; {cov.describe()}; {describe_opset(q)}{kept})")
+
+
+def _say_residual(proto, ex, where: str) -> None:
+    """Which placement the Conv branches of residual Adds behind an activation got, where the model has any."""
+    from calib.quantize.placement import residual_adds
+
+    adds = residual_adds(proto, ex.excludes)
+    if not adds:
+        return
+    names = ", ".join(adds[:3]) + (f" and {len(adds) - 3} more" if len(adds) > 3 else "")
+    if where == "float":
+        click.echo(f"{len(adds)} residual Add{'s' if len(adds) != 1 else ''} behind an activation ({names}): Conv "
+                   "branch kept float (the default); TensorRT 8.6 then runs activation + Add in float. "
+                   "--residual-branch conv quantizes the Conv's output (as the implicit engine runs it), act the "
+                   "activation's output")
+    else:
+        at = "the Conv's output" if where == "conv" else "the activation's output"
+        click.echo(f"{len(adds)} residual Add{'s' if len(adds) != 1 else ''} behind an activation ({names}): Conv "
+                   f"branch quantized at {at} (--residual-branch {where})")
 
 
 def _say_stem(proto, ex, quantized: bool) -> None:

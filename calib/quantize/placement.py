@@ -262,6 +262,14 @@ def _residual_branches(g: Graph, excluded, where: str) -> list[Site]:
     return out
 
 
+def residual_adds(model: onnx.ModelProto, excluded=lambda node: False) -> list[str]:
+    """The residual Adds whose Conv branch reaches them through an activation (the ones --residual-branch places
+    a pair for), by node name."""
+    g = Graph.of(model)
+    return list(dict.fromkeys(g.nodes[s.node].name or g.nodes[s.node].output[0]
+                              for s in _residual_branches(g, excluded, "act")))
+
+
 def place(model: onnx.ModelProto, excluded=lambda node: False, stem_output: bool = True,
           residual_branch: str = "float") -> list[Site]:
     """Every edge TensorRT should see quantized, in graph order. residual_branch: "float" (the default), "conv" or
