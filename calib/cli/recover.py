@@ -130,8 +130,8 @@ RECIPE_ONLY_FLAGS = ("data", "task", "head", "charset", "metric", "postprocess",
 @click.option("--steps", "step_names", default="equalize,smoothquant,adaround,bias,per-tensor", show_default=True,
               help="Recovery in INT8 tried before the fallback, each kept only where it helps (or none).")
 @click.option("--rank-samples", default=16, show_default=True, type=click.IntRange(0),
-              help="Held-out samples the layer ranking and the per-tensor choice are measured on (0: all); every "
-                   "step is judged on all of them.")
+              help="Held-out samples the layer ranking and the per-tensor choice are measured on (0: all; the "
+                   "noise ranking: the first batch holding 4 of them); every step is judged on all of them.")
 @click.option("--rank-by", type=click.Choice(["noise", "metric", "sqnr"]), default="noise",
               show_default=True,
               help="What orders the layers: the output noise each layer adds alone in INT8 (every other in "
