@@ -261,14 +261,15 @@ def _run(recipe: Recipe, stage: Path, final: Path | None = None) -> None:
     qdq_name = f"{qdq_from.stem}.{best}.qdq.onnx"
     source_model = onnx.load(str(qdq_from))  # insert_qdq and the FP16+INT8 model copy it
     q = insert_qdq(source_model, amax[best], int8_weights=c.int8_weights, label=str(qdq_from),
-                   stem_output=c.stem_output == "int8")
+                   stem_output=c.stem_output == "int8", residual_branch=c.residual_branch)
     atomic_write_bytes(stage / qdq_name, q.SerializeToString())
     placement = None
     if not plugins:
         placement = add_placement_rows(result, best, source_model, amax[best], q, c.stem_output == "int8",
                                        model_path, make_source(espec, recipe.preprocess, inputs,
                                                                recipe.evaluation.batch_size, consts=consts),
-                                       recipe, budget, hook, user, label=str(qdq_from))
+                                       recipe, budget, hook, user, label=str(qdq_from),
+                                       residual_branch=c.residual_branch)
         if placement:
             summ = summary(result, candidates=list(c.algorithms))  # the same decision, with the two rows
     log.info("wrote %s (%s; %s)", qdq_name, describe_opset(q), weight_coverage(q).describe())

@@ -316,3 +316,34 @@ def test_stem_output_is_quantized_before_its_leaky_relu_by_default():
     ref = seen["out"]
     got = OrtRunner(q).run({"input": x})["out"]
     assert np.abs(got - ref).max() < 0.05 * np.abs(ref).max()
+
+
+@pytest.mark.parametrize("where", ["float", "conv"])
+def test_recipe_residual_branch_reaches_the_run_q_dq_model(tmp_path, where):
+    """calibration.residual_branch in a recipe: `calib run` writes its Q/DQ model with the pair where asked."""
+    import json
+
+    import onnx
+    from click.testing import CliRunner
+
+    from calib.cli import main
+
+    nodes = [_conv("input", "w0", "x"), _conv("x", "w1", "c"), helper.make_node("Sigmoid", ["c"], ["s"], name="sig"),
+             helper.make_node("Mul", ["c", "s"], ["m"], name="silu"),
+             helper.make_node("Add", ["m", "x"], ["y"], name="add"), _conv("y", "w2", "out")]
+    onnx.save(_model(nodes, [("input", ["N", 3, 4, 4])], ["out"],
+                     [("w0", _w(4, 3)), ("w1", _w(4, 4)), ("w2", _w(2, 4))]), str(tmp_path / "m.onnx"))
+    np.save(tmp_path / "x.npy", RNG.normal(0, 1, (32, 3, 4, 4)).astype(np.float32))
+    (tmp_path / "r.yaml").write_text(
+        "name: b\nmodel: m.onnx\ncalibration_data: {kind: npy, path: x.npy, limit: 16}\n"
+        "evaluation_data: {kind: npy, path: x.npy, offset: 16}\n"
+        f"calibration: {{algorithms: [minmax], batch_size: 8, residual_branch: {where}}}\noutput: out\n")
+    r = CliRunner().invoke(main, ["--quiet", "run", str(tmp_path / "r.yaml")])
+    assert r.exit_code == 0, r.output
+    rep = json.loads((tmp_path / "out" / "report.json").read_text())
+    q = onnx.load(str(tmp_path / "out" / rep["qdq_model"]))
+    quantized = {n.input[0] for n in q.graph.node if n.op_type == "QuantizeLinear"}
+    assert ("c" in quantized) == (where == "conv") and "x" in quantized
+    (tmp_path / "bad.yaml").write_text((tmp_path / "r.yaml").read_text().replace(where, "both"))
+    r = CliRunner().invoke(main, ["--quiet", "run", str(tmp_path / "bad.yaml")])
+    assert r.exit_code == 2 and "residual_branch" in r.output

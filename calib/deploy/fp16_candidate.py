@@ -32,7 +32,8 @@ def write_fp16(model: onnx.ModelProto, qdq_from: Path, amax: dict, ranges: dict,
     plugin nodes)."""
     name = f"{qdq_from.stem}.{algo}.fp16.qdq.onnx"
     f = make_fp16_model(model, amax, ranges, "the calibration pass", int8_weights=c.int8_weights,
-                        stem_output=c.stem_output == "int8", io_type=c.io_type, label=str(qdq_from))
+                        stem_output=c.stem_output == "int8", io_type=c.io_type, label=str(qdq_from),
+                        residual_branch=c.residual_branch)
     atomic_write_bytes(stage / name, f.model.SerializeToString())
     log.info("wrote %s (%s; %s)", name, f.describe(), weight_coverage(f.model).describe())
     out = f.entry(algo, c.io_type, name)

@@ -24,7 +24,7 @@ OPTION = "calib cache convert --keep-stem-output-float; recipe calibration.stem_
 
 def add_placement_rows(result: dict, algo: str, model: onnx.ModelProto, amax: dict, chosen: onnx.ModelProto,
                        stem_int8: bool, model_path, source, recipe, budget, hook, metric=None,
-                       label: str | None = None) -> dict | None:
+                       label: str | None = None, residual_branch: str = "float") -> dict | None:
     """Both placements of the stem Conv's output as rows of `result` (None where the model has no such Conv); the
     `chosen` Q/DQ model is the one written (stem output INT8 when `stem_int8`)."""
     from calib.deploy.emulate import Fp16Runner
@@ -36,7 +36,7 @@ def add_placement_rows(result: dict, algo: str, model: onnx.ModelProto, amax: di
     stems = stem_outputs(model)
     if not stems:
         return None
-    other = insert_qdq(model, amax, stem_output=not stem_int8, label=label)
+    other = insert_qdq(model, amax, stem_output=not stem_int8, label=label, residual_branch=residual_branch)
     q_int8, q_float = (chosen, other) if stem_int8 else (other, chosen)
     names = {"int8": f"{algo} qdq", "float": f"{algo} qdq stem-float"}
     release()
