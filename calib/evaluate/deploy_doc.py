@@ -4,8 +4,8 @@ TensorRT 8.6 to 10.x builds implicit INT8 from the calibration cache and the Q/D
 (`--int8 --fp16`: the float layers in FP16); TensorRT 10.x can build, and 11.x only builds, strongly typed networks,
 whose layers run in the types the ONNX model gives them: there the FP16+INT8 model (float layers FP16, quantized
 layers INT8) is the one to build, and trtexec has no --int8, --fp16, --best, --calib, --precisionConstraints,
---layerPrecisions or --layerOutputTypes. Each section's first comment line names the TensorRT versions its trtexec lines are for
-(tests/test_deploy_commands.py checks them against each version's option list).
+--layerPrecisions or --layerOutputTypes. Each section's first comment line names the TensorRT versions its trtexec
+lines are for (tests/test_deploy_commands.py checks them against each version's option list).
 """
 from __future__ import annotations
 

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 import onnx
 
+from calib.quantize.model import node_name
 from calib.quantize.ties import CARRIERS, CONCAT, Graph
 
 WEIGHTED = frozenset({"Conv", "ConvTranspose", "Gemm", "MatMul"})
@@ -266,8 +267,7 @@ def residual_adds(model: onnx.ModelProto, excluded=lambda node: False) -> list[s
     """The residual Adds whose Conv branch reaches them through an activation (the ones --residual-branch places
     a pair for), by node name."""
     g = Graph.of(model)
-    return list(dict.fromkeys(g.nodes[s.node].name or g.nodes[s.node].output[0]
-                              for s in _residual_branches(g, excluded, "act")))
+    return list(dict.fromkeys(node_name(g.nodes[s.node]) for s in _residual_branches(g, excluded, "act")))
 
 
 def place(model: onnx.ModelProto, excluded=lambda node: False, stem_output: bool = True,

@@ -24,6 +24,7 @@ def verify(stage: Path, res: dict, recovery, state, trt=None, cuda=None) -> dict
     from calib.runners.tensorrt import compat
     from calib.runners.tensorrt.builder import build
     from calib.runners.tensorrt.runner import TrtRunner, graph_latency
+    from calib.search.macs import int8_share
     from calib.search.measure import _chunks
 
     trt = trt or compat.load()
@@ -40,7 +41,7 @@ def verify(stage: Path, res: dict, recovery, state, trt=None, cuda=None) -> dict
     rows, note = [], jobs.note
     with tempfile.TemporaryDirectory(prefix="calib-curve-") as tmp:
         todo = jobs.main(Path(tmp)) + (jobs.curve(Path(tmp), floats) if recovery.spec.engine_curve else [])
-        for i, (name, k, path, bspec, calibrator) in enumerate(todo):
+        for i, (name, layers, path, bspec, calibrator) in enumerate(todo):
             if name.startswith("curve") and recovery.clock.out():
                 note = (f"{len(todo) - i} point{'s' if len(todo) - i != 1 else ''} of the fallback curve not built: "
                         "the time budget is spent")
@@ -54,8 +55,8 @@ def verify(stage: Path, res: dict, recovery, state, trt=None, cuda=None) -> dict
                 runner.close()
             rows.append({"engine": name, "value": pts.get(recovery.key), "median_ms": lat["median_ms"],
                          "cuda_graph": bool(lat.get("cuda_graph")), "layer_summary": built.info["layer_summary"],
-                         "build_s": round(built.seconds, 1), "float_layers": k,
-                         "int8_macs_share": None if k is None else jobs.share(k, floats, name)})
+                         "build_s": round(built.seconds, 1), "float_layers": None if layers is None else len(layers),
+                         "int8_macs_share": None if layers is None else int8_share(recovery.macs, layers)})
             log.info("%s engine: %s %s, %.4f ms", name, recovery.key, pts.get(recovery.key), lat["median_ms"])
     curve = {c["float_layers"]: c["value"] for c in res.get("fallback_curve") or ()}
     fp16 = rows[0]["median_ms"]
@@ -68,7 +69,8 @@ def verify(stage: Path, res: dict, recovery, state, trt=None, cuda=None) -> dict
 
 
 class Jobs:
-    """The engines to build: (name, layers in float, model file, BuildSpec, calibrator) each."""
+    """The engines to build: (name, the layers in float (None: the FP16 engine), model file, BuildSpec,
+    calibrator) each."""
 
     def __init__(self, stage: Path, res: dict, recovery, state, trt):
         from calib.runners.tensorrt import compat
@@ -76,19 +78,15 @@ class Jobs:
         self.stage, self.res, self.recovery, self.state, self.trt = stage, res, recovery, state, trt
         self.b, self.deploy = recovery.measure.step, recovery.spec.deploy
         self.amax = state.scales()
-        self.note, self.qdq_empty = None, False
+        self.note = None
         if self.deploy == "fp16":
             major = compat.version(trt)[0]
             if major < 10 or not res.get("fp16_model"):
                 self.note = (f"the FP16+INT8 model is not built: TensorRT {trt.__version__} does not type networks "
                              "strongly (10 and later do)" if major < 10 else "no FP16+INT8 model was written")
 
-    def share(self, k: int, floats: list, name: str):
-        from calib.search.macs import int8_share
-
-        return int8_share(self.recovery.macs, floats if name == "recovered" else self.recovery.order[:k])
-
-    def _spec(self, layers=()):
+    def _spec(self, layers=(), precisions: dict | None = None):
+        """The build of `layers` in float, each in its `precisions` entry (default: the spec's precision)."""
         from calib.runners.tensorrt.builder import BuildSpec
 
         if self.deploy == "fp16":
@@ -100,9 +98,9 @@ class Jobs:
 
         # every quantizable layer asked in INT8 (TensorRT would otherwise keep some in float where that is faster,
         # and the engine would not be the configuration simulated), then the float layers
-        precision = self.recovery.spec.precision
+        precisions = precisions or {}
         rules = pin_rules(self.state.model, quantizable_layers(self.state.model)) + tuple(
-            f"{n}={precision}" for n in layers)
+            f"{n}={precisions.get(n, self.recovery.spec.precision)}" for n in layers)
         return BuildSpec(precisions=("int8", "fp16"), batch_size=self.b, layer_precisions=rules)
 
     def _calibrator(self):
@@ -119,22 +117,17 @@ class Jobs:
         floats = [f["layer"] for f in res["float_layers"]]
         jobs = [("fp16", None, str(self.recovery.model_path), BuildSpec(precisions=("fp32", "fp16"),
                                                                        batch_size=self.b), None)]
-        if self.deploy == "implicit":
-            jobs.append(("all INT8", 0, self._model(tmp, ()), self._spec(), self._calibrator()))
-            if floats:  # its layers' precisions as written in layer_precisions.txt (fp32 where FP16 cannot hold)
-                spec = self._spec(floats)
-                rules = spec.layer_precisions[:-len(floats)] + tuple(f"{f['layer']}={f['precision']}"
-                                                                     for f in res["float_layers"])
-                jobs.append(("recovered", len(floats), str(model_file),
-                             dataclasses.replace(spec, layer_precisions=rules), self._calibrator()))
-        elif self.deploy == "qdq":
-            jobs.append(("all INT8", 0, self._model(tmp, ()), self._spec(), None))
-            if floats:
-                jobs.append(("recovered", len(floats), str(stage / res["qdq_model"]), self._spec(), None))
-        elif self.note is None:
-            jobs.append(("all INT8", 0, self._model(tmp, ()), self._spec(), None))
-            if floats:
-                jobs.append(("recovered", len(floats), str(stage / res["fp16_model"]), self._spec(), None))
+        if self.note is not None:
+            return jobs
+        jobs.append(("all INT8", (), self._model(tmp, ())[0], self._spec(), self._calibrator()))
+        if not floats:
+            return jobs
+        if self.deploy == "implicit":  # precisions as in layer_precisions.txt (fp32 where FP16 cannot hold)
+            spec = self._spec(floats, {f["layer"]: f["precision"] for f in res["float_layers"]})
+            jobs.append(("recovered", floats, str(model_file), spec, self._calibrator()))
+        else:
+            model = res["qdq_model"] if self.deploy == "qdq" else res["fp16_model"]
+            jobs.append(("recovered", floats, str(stage / model), self._spec(), None))
         return jobs
 
     def curve(self, tmp: Path, floats: list) -> list:
@@ -148,29 +141,29 @@ class Jobs:
             if frozenset(layers) in built:
                 continue
             built.add(frozenset(layers))
-            path = self._model(tmp, layers)
+            path, int8 = self._model(tmp, layers)
             spec = self._spec(layers)
-            if self.deploy == "qdq" and self.qdq_empty:  # every quantizable layer in float: no Q/DQ left to build
+            if not int8:  # every quantizable layer in float: no Q/DQ left to build
                 spec = dataclasses.replace(spec, precisions=("fp32", "fp16"))
-            jobs.append((f"curve: {len(layers)} in float", len(layers), path, spec, self._calibrator()))
+            jobs.append((f"curve: {len(layers)} in float", list(layers), path, spec, self._calibrator()))
         return jobs
 
-    def _model(self, folder: Path, layers: tuple) -> str:
+    def _model(self, folder: Path, layers: tuple) -> tuple[str, bool]:
         """The model file that builds `layers` in float: the original (the weights unchanged), the weights for
-        them (implicit), their Q/DQ model or their FP16+INT8 model."""
+        them (implicit), their Q/DQ model or their FP16+INT8 model; and whether a Q/DQ model holds any pair (True
+        for the others)."""
         from calib.quantize.qdq import Exclusions, insert_qdq
 
         weights = self.state.weights_for(layers)
         name = f"float{len(layers)}"
         if self.deploy == "implicit":
             if not self.state.weights:
-                return str(self.recovery.model_path)
+                return str(self.recovery.model_path), True
             data, name = weights.SerializeToString(), name + ".onnx"
         elif self.deploy == "qdq":
             q = insert_qdq(weights, self.amax, Exclusions(tuple(layers)))
-            self.qdq_empty = not any(n.op_type == "QuantizeLinear" for n in q.graph.node)
-            data = q.SerializeToString()
-            name += ".qdq.onnx"
+            (folder / f"{name}.qdq.onnx").write_bytes(q.SerializeToString())
+            return str(folder / f"{name}.qdq.onnx"), any(n.op_type == "QuantizeLinear" for n in q.graph.node)
         else:
             from calib.quantize.fp16_model import make_fp16_model
 
@@ -178,7 +171,7 @@ class Jobs:
                                    exclude=Exclusions(tuple(layers)), label=name).model.SerializeToString()
             name += ".fp16.qdq.onnx"
         (folder / name).write_bytes(data)
-        return str(folder / name)
+        return str(folder / name), True
 
 
 def markdown(e: dict) -> list[str]:
@@ -188,8 +181,8 @@ def markdown(e: dict) -> list[str]:
     lines = ["## On TensorRT engines", "",
              f"TensorRT {e['tensorrt']}, {e['gpu']}, batch {e['batch']}; {e['metric']} on the held-out samples "
              "against the same FP32 reference; latency as CUDA graphs (the GPU's time) where the engine's work "
-             "could be captured. The curve's rows are the fallback's other measured points (the ranking's first k layers "
-             "in float), each built and timed as well.", "",
+             "could be captured. The curve's rows are the fallback's other measured points (the ranking's first k "
+             "layers in float), each built and timed as well.", "",
              f"| engine | layers in float | multiply-adds in INT8 | {e['metric']} on the engine | simulated | "
              "median ms | x FP16 | layers per precision |", "|---|---|---|---|---|---|---|---|"]
     fmt = (lambda v: "-" if v is None else f"{v:.4g}")
@@ -197,7 +190,8 @@ def markdown(e: dict) -> list[str]:
         layers = ", ".join(f"{k} {v}" for k, v in sorted(r["layer_summary"].items()))
         k, share = r.get("float_layers"), r.get("int8_macs_share")
         lines.append(f"| {r['engine']} | {'-' if k is None else k} | "
-                     f"{'-' if share is None else f'{100 * share:.1f} %'} | {fmt(r['value'])} | {fmt(r['simulated'])} | {r['median_ms']:.4f}"
+                     f"{'-' if share is None else f'{100 * share:.1f} %'} | {fmt(r['value'])} | "
+                     f"{fmt(r['simulated'])} | {r['median_ms']:.4f}"
                      f"{'' if r['cuda_graph'] else ' (enqueued)'} | {fmt(r['x_vs_fp16'])} | {layers} |")
     if e.get("note"):
         lines += ["", e["note"] + "."]

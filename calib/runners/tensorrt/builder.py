@@ -153,6 +153,11 @@ def _mark(trt, network, wanted) -> int:
     return marked
 
 
+def _layer_type(layer) -> str:
+    """'CONVOLUTION' of trt.LayerType.CONVOLUTION."""
+    return str(layer.type).split(".")[-1]
+
+
 def _apply_layer_precisions(trt, network, rules, op_types: dict) -> dict:
     compat.require_weak_typing(trt, "layer precisions")
     dtype = {"fp32": trt.float32, "fp16": trt.float16, "int8": trt.int8}
@@ -161,7 +166,7 @@ def _apply_layer_precisions(trt, network, rules, op_types: dict) -> dict:
     applied = {}
     for i in range(network.num_layers):
         layer = network.get_layer(i)
-        ltype = str(layer.type).split(".")[-1]
+        ltype = _layer_type(layer)
         if ltype in ("CONSTANT", "SHAPE"):
             continue
         outs = [layer.get_output(j) for j in range(layer.num_outputs)]
@@ -206,7 +211,7 @@ def _float_inputs(trt, network, applied: dict, dtype: dict) -> None:
             if t is None or t.name not in writer or t.dtype not in floats:
                 continue
             w, j = writer[t.name]
-            if applied.get(w.name) in ("fp16", "fp32") or str(w.type).split(".")[-1] in ("CONSTANT", "SHAPE"):
+            if applied.get(w.name) in ("fp16", "fp32") or _layer_type(w) in ("CONSTANT", "SHAPE"):
                 continue  # a float writer writes float already
             want = "fp32" if "fp32" in (prec, typed.get((w.name, j))) else "fp16"
             w.set_output_type(j, dtype[want])
