@@ -265,11 +265,11 @@ def _run(recipe: Recipe, stage: Path, final: Path | None = None) -> None:
     atomic_write_bytes(stage / qdq_name, q.SerializeToString())
     placement = None
     if not plugins:
-        placement = add_placement_rows(result, best, source_model, amax[best], q, c.stem_output == "int8",
+        placement = add_placement_rows(result, best, source_model, amax[best], q,
+                                       {"stem": c.stem_output, "residual": c.residual_branch},
                                        model_path, make_source(espec, recipe.preprocess, inputs,
                                                                recipe.evaluation.batch_size, consts=consts),
-                                       recipe, budget, hook, user, label=str(qdq_from),
-                                       residual_branch=c.residual_branch)
+                                       recipe, budget, hook, user, label=str(qdq_from), int8_weights=c.int8_weights)
         if placement:
             summ = summary(result, candidates=list(c.algorithms))  # the same decision, with the two rows
     log.info("wrote %s (%s; %s)", qdq_name, describe_opset(q), weight_coverage(q).describe())

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from calib.deploy.measured import TABLES, raw_engines, raw_field, tables, verdicts, worth_blocks
-from calib.evaluate.placement_rows import _measured
+from calib.deploy.measured import (TABLES, YOLOV3_TINY, YOLOV8N_320, placement_speeds, raw_engines, raw_field, tables,
+                                   verdicts, worth_blocks)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -60,10 +60,26 @@ def test_int8_that_never_pays_is_said_so():
     assert "INT8 pays at none of the batch sizes timed against FP16 (4)" in text
 
 
-def test_placement_rows_quote_the_stem_table():
-    m = _measured()
-    assert (m["card"], m["level"], m["batch"]) == ("NVIDIA H200", 3, 4)
-    assert m["ms"] == {"fp16": 0.2940, "implicit": 0.2682, "stem-int8": 0.2645, "stem-float": 0.3483}
+def test_placement_rows_quote_the_level_3_stem_table_and_no_residual_table_before_one_is_timed():
+    m = placement_speeds("stem", YOLOV3_TINY[0])
+    assert m["where"] == "YOLOv3-tiny (NVIDIA H200, TensorRT 8.6.0, builder level 3, batch 4)"
+    assert m["ms"] == {"int8": 0.2645, "float": 0.3483} and (m["implicit"], m["fp16"]) == (0.2682, 0.2940)
+    assert placement_speeds("stem", None) == m  # another model's stem: the same table, named
+    with_residual = [t for t in TABLES if any(k.startswith("qdq-residual-") for k in t["ms"])]
+    assert (placement_speeds("residual", YOLOV8N_320[0]) is None) == (not with_residual)
+
+
+def test_placement_speeds_prefer_the_models_own_table_and_read_the_default_form_from_qdq():
+    t = {"model": "X", "sha256": ("f" * 64,), "card": "NVIDIA H100", "tensorrt": "8.6.0", "level": 1, "batch": 1,
+         "date": "2026-01-01", "raw": "r", "ms": {"implicit": 1.0, "qdq": 0.9, "qdq-residual-conv": 0.8}}
+    TABLES.append(t)
+    try:
+        m = placement_speeds("residual", "f" * 64)
+        stem = placement_speeds("stem", "f" * 64)
+    finally:
+        TABLES.remove(t)
+    assert m["ms"] == {"float": 0.9, "conv": 0.8} and m["fp16"] is None and m["where"].startswith("X (")
+    assert stem["where"].startswith("YOLOv3-tiny")  # X timed one stem form only: not a table of the choice
 
 
 def test_engine_section_says_whether_each_int8_engine_pays():

@@ -344,6 +344,18 @@ def test_recipe_residual_branch_reaches_the_run_q_dq_model(tmp_path, where):
     q = onnx.load(str(tmp_path / "out" / rep["qdq_model"]))
     quantized = {n.input[0] for n in q.graph.node if n.op_type == "QuantizeLinear"}
     assert ("c" in quantized) == (where == "conv") and "x" in quantized
+    # the report's rows: every form of the choice run on the same samples, the written one as `minmax qdq`
+    choice = next(c for c in rep["placement"]["choices"] if c["choice"] == "residual")
+    assert choice["tensors"] == ["add"] and choice["written"] == where
+    assert choice["rows"] == {"float": "minmax qdq" if where == "float" else "minmax qdq residual-float",
+                              "conv": "minmax qdq" if where == "conv" else "minmax qdq residual-conv",
+                              "act": "minmax qdq residual-act"}
+    sqnr = {f: rep["summary"]["rows"][n]["out_sqnr_db"] for f, n in choice["rows"].items()}
+    assert len(set(sqnr.values())) == 3  # three different models, each really run
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "## Placement choice: residual Adds behind an activation" in md
+    assert f"| `minmax qdq` | {where} (the Q/DQ model written) |" in md
+    assert "`calib cache convert --residual-branch act; recipe calibration.residual_branch: act`" in md
     (tmp_path / "bad.yaml").write_text((tmp_path / "r.yaml").read_text().replace(where, "both"))
     r = CliRunner().invoke(main, ["--quiet", "run", str(tmp_path / "bad.yaml")])
     assert r.exit_code == 2 and "residual_branch" in r.output

@@ -7,6 +7,7 @@ engine:
     implicit        implicit INT8 (+FP16) from calib's cache
     qdq             calib's Q/DQ model as `calib cache convert` writes it by default (+FP16)
     qdq-stem-float  the same with --keep-stem-output-float (YOLOv3-tiny: the stem Conv's output left float)
+    qdq-residual-conv, qdq-residual-act   the same with --residual-branch conv / act (YOLOv8n's bottleneck Adds)
     modelopt        ModelOpt's Q/DQ model from the same cache (+FP16)
 
 `timing` "CUDA graph": the engines' work launched as one CUDA graph per run (`calib bench --cuda-graph`), the GPU's
@@ -58,6 +59,30 @@ TABLES = [
 ]
 LABELS = {"fp16": "FP16", "implicit": "implicit INT8", "qdq": "calib's Q/DQ model",
           "qdq-stem-float": "calib's Q/DQ model, stem output float", "modelopt": "ModelOpt's Q/DQ model"}
+
+
+# the placement forms the `qdq` engines of these tables have (calib.evaluate.placement_rows.FORMS); other forms are
+# keyed qdq-<choice>-<form>
+QDQ_FORMS = {"stem": "int8", "residual": "float"}
+
+
+def placement_speeds(choice: str, sha256: str | None) -> dict | None:
+    """The speeds of a placement choice's forms from one table that timed two or more of them: this model's own
+    where there is one (the latest, CUDA-graph figures first), else another model's. None where none did."""
+    def forms(t):
+        ms = t["ms"]
+        got = {f: ms[f"qdq-{choice}-{f}"] for f in ("int8", "float", "conv", "act") if f"qdq-{choice}-{f}" in ms}
+        if "qdq" in ms:
+            got.setdefault(t.get("qdq_forms", QDQ_FORMS)[choice], ms["qdq"])
+        return got
+
+    timed = [t for t in TABLES if len(forms(t)) > 1]
+    if not timed:
+        return None
+    t = max(timed, key=lambda t: (bool(sha256) and sha256 in t["sha256"], t["level"], t.get("timing", "") != "",
+                                  t["date"]))
+    return {"ms": forms(t), "implicit": t["ms"]["implicit"], "fp16": t["ms"].get("fp16"),
+            "where": f"{t['model']} ({where(t)})", "raw": t["raw"]}
 
 
 def tables(sha256: str | None) -> list[dict]:

@@ -1,55 +1,84 @@
-"""A placement choice that trades accuracy for speed, shown with both its rows: where calib's Q/DQ placement quantizes
-a stem Conv's output before its LeakyRelu (calib.quantize.placement: TensorRT 8.6 leaves that LeakyRelu unfused), the
-Q/DQ model with the pair and the one without it are run on the same samples (paired) as `<algo> qdq` and
-`<algo> qdq stem-float`, and the report says which the Q/DQ model has, what the other costs in speed (the engines
-measured in benchmarks/RESULTS_QDQ.md) and the option that picks it."""
+"""Placement choices that trade accuracy for speed, each shown with all its rows. Two exist (calib.quantize.placement):
+
+    stem      a stem Conv's output before its LeakyRelu, which TensorRT 8.6 leaves unfused: "int8" (a Q/DQ pair
+              there, the default) or "float" (`--keep-stem-output-float`)
+    residual  a residual Add's Conv branch behind an activation (YOLOv8's bottleneck): "float" (the default), "conv"
+              (a pair on the Conv's output) or "act" (on the activation's output) (`--residual-branch`)
+
+The Q/DQ model as written is the row `<algo> qdq`; for every choice the model has, each other form is built with
+only that choice changed and run on the same samples (paired) as `<algo> qdq <choice>-<form>`. The report gives each
+form's simulated accuracy with its interval, its speed where an engine of it was timed (calib.deploy.measured) and
+the option that picks it."""
 from __future__ import annotations
 
 import onnx
 
+FORMS = {"stem": ("int8", "float"), "residual": ("float", "conv", "act")}
+OPTIONS = {("stem", "int8"): "calib cache convert (the default); recipe calibration.stem_output: int8",
+           ("stem", "float"): "calib cache convert --keep-stem-output-float; recipe calibration.stem_output: float",
+           ("residual", "float"): "calib cache convert (the default); recipe calibration.residual_branch: float",
+           ("residual", "conv"): "calib cache convert --residual-branch conv; recipe calibration.residual_branch: conv",
+           ("residual", "act"): "calib cache convert --residual-branch act; recipe calibration.residual_branch: act"}
+TEXT = {
+    "stem": "TensorRT 8.6 leaves the LeakyRelu after the stem Conv ({tensors}) unfused. With a Q/DQ pair on the "
+            "Conv's output both run in INT8, as in the implicit engine; without it the Conv writes FP16 (a slow "
+            "INT8-in, FP16-out kernel) and the LeakyRelu runs in FP16: one rounding fewer, a slower engine.",
+    "residual": "TensorRT 8.6 does not fuse a residual Add into a Conv that reaches it through an activation "
+                "({tensors}): the activation and the Add run as a layer of their own. Left float, that layer runs "
+                "in FP16 behind a Conv writing FP16; with a pair on the Conv's output (conv) it runs in INT8, as in "
+                "the implicit engine; with a pair on the activation's output (act, ModelOpt's form) the Conv and "
+                "activation run in INT8 and the Add alone.",
+}
+TITLE = {"stem": "the stem Conv's output", "residual": "residual Adds behind an activation"}
 
-def _measured() -> dict:
-    """The stem placements' speeds: the table of calib.deploy.measured that timed both (YOLOv3-tiny, H200, level 3)."""
-    from calib.deploy.measured import TABLES
 
-    t = next(t for t in TABLES if "qdq-stem-float" in t["ms"] and "fp16" in t["ms"] and t["level"] == 3)
-    ms = t["ms"]
-    return {"model": t["model"], "card": t["card"], "tensorrt": t["tensorrt"], "level": t["level"],
-            "batch": t["batch"], "ms": {"fp16": ms["fp16"], "implicit": ms["implicit"], "stem-int8": ms["qdq"],
-                                        "stem-float": ms["qdq-stem-float"]}}
+def sites(model: onnx.ModelProto) -> dict:
+    """The choices this model has: choice -> the tensors (stem) or Add nodes (residual) it decides."""
+    from calib.quantize.placement import residual_adds, stem_outputs
 
-
-OPTION = "calib cache convert --keep-stem-output-float; recipe calibration.stem_output: float"
+    found = {"stem": stem_outputs(model), "residual": residual_adds(model)}
+    return {k: v for k, v in found.items() if v}
 
 
 def add_placement_rows(result: dict, algo: str, model: onnx.ModelProto, amax: dict, chosen: onnx.ModelProto,
-                       stem_int8: bool, model_path, source, recipe, budget, hook, metric=None,
-                       label: str | None = None, residual_branch: str = "float") -> dict | None:
-    """Both placements of the stem Conv's output as rows of `result` (None where the model has no such Conv); the
-    `chosen` Q/DQ model is the one written (stem output INT8 when `stem_int8`)."""
+                       written: dict, model_path, source, recipe, budget, hook, metric=None,
+                       **qdq_options) -> dict | None:
+    """Every other form of each placement choice the model has, as rows of `result` beside the `chosen` Q/DQ model
+    (`written`: {"stem": "int8"|"float", "residual": "float"|"conv"|"act"}, the forms it has; `qdq_options` the
+    other insert_qdq arguments it was made with). None where the model has no such choice."""
     from calib.deploy.emulate import Fp16Runner
     from calib.evaluate.fp16_rows import add_rows
     from calib.io.memory import release
-    from calib.quantize.placement import stem_outputs
     from calib.quantize.qdq import insert_qdq
 
-    stems = stem_outputs(model)
-    if not stems:
+    found = sites(model)
+    if not found:
         return None
-    other = insert_qdq(model, amax, stem_output=not stem_int8, label=label, residual_branch=residual_branch)
-    q_int8, q_float = (chosen, other) if stem_int8 else (other, chosen)
-    names = {"int8": f"{algo} qdq", "float": f"{algo} qdq stem-float"}
+    backend = "onnxruntime (Q/DQ model as written)"
+    own = f"{algo} qdq"
+    engines, choices = {own: Fp16Runner(chosen, own, backend=backend)}, []
+    for choice, tensors in found.items():
+        rows = {}
+        for form in FORMS[choice]:
+            if form == written[choice]:
+                rows[form] = own
+                continue
+            forms = {**written, choice: form}
+            other = insert_qdq(model, amax, stem_output=forms["stem"] == "int8", residual_branch=forms["residual"],
+                               **qdq_options)
+            rows[form] = f"{own} {choice}-{form}"
+            engines[rows[form]] = Fp16Runner(other, rows[form], backend=backend)
+        choices.append({"choice": choice, "tensors": tensors, "written": written[choice], "rows": rows,
+                        "options": {f: OPTIONS[choice, f] for f in FORMS[choice]}})
     release()
-    engines = {names["int8"]: Fp16Runner(q_int8, names["int8"], backend="onnxruntime (Q/DQ model as written)"),
-               names["float"]: Fp16Runner(q_float, names["float"], backend="onnxruntime (Q/DQ model as written)")}
     add_rows(result, engines, model_path, source, recipe, budget, hook, metric)
-    return {"tensors": stems, "rows": names, "written": "int8" if stem_int8 else "float", "option": OPTION,
-            "measured": _measured()}
+    return {"choices": choices}
 
 
 def placement_blocks(report: dict) -> list[tuple]:
-    """The report's section: the two rows with their intervals, the measured speed of each placement, which the
-    written Q/DQ model has and the option that picks the other."""
+    """The report's sections, one per choice: a row per form with its interval and its measured speed (or that no
+    engine of it was timed), which form the written Q/DQ model has and the option that picks each."""
+    from calib.deploy.measured import placement_speeds
     from calib.evaluate import report_doc as doc
 
     info = report.get("placement")
@@ -57,21 +86,28 @@ def placement_blocks(report: dict) -> list[tuple]:
         return []
     s = report["summary"]
     metric = s.get("metric") or "output_sqnr_db"
-    m, ms = info["measured"], info["measured"]["ms"]
-    rows = []
-    for key, label, speed in (("int8", "stem output INT8", ms["stem-int8"]),
-                              ("float", "stem output float", ms["stem-float"])):
-        name = info["rows"][key]
-        fig = (s.get("intervals", {}).get(name) or {}).get(metric)
-        if fig is None and name in s.get("rows", {}):
-            fig = {"value": s["rows"][name].get(metric)}
-        rows.append([f"`{name}`", label + (" (the Q/DQ model written)" if info["written"] == key else ""),
-                     doc.fig_cell(fig, metric), f"{speed:.4f} ms, {ms['implicit'] / speed:.2f}x implicit, "
-                     f"{ms['fp16'] / speed:.2f}x FP16"])
-    text = (f"TensorRT 8.6 leaves the LeakyRelu after the stem Conv ({', '.join(f'`{t}`' for t in info['tensors'])}) "
-            "unfused. With a Q/DQ pair on the Conv's output both run in INT8, as in the implicit engine; without it "
-            "the Conv writes FP16 (a slow INT8-in, FP16-out kernel) and the LeakyRelu runs in FP16: one rounding "
-            f"fewer, a slower engine. The other placement: {info['option']}.")
-    head = ["row", "placement", f"{s.get('labels', {}).get(metric, metric)} (95 % CI)",
-            f"measured on {m['model']} ({m['card']}, TensorRT {m['tensorrt']}, level {m['level']}, batch {m['batch']})"]
-    return [("h2", "Placement choice: the stem Conv's output"), ("p", text), ("table", head, rows)]
+    out = []
+    for c in info.get("choices", []):
+        speeds = placement_speeds(c["choice"], report.get("model_sha256"))
+        rows = []
+        for form, name in c["rows"].items():
+            fig = (s.get("intervals", {}).get(name) or {}).get(metric)
+            if fig is None and name in s.get("rows", {}):
+                fig = {"value": s["rows"][name].get(metric)}
+            row = [f"`{name}`", form + (" (the Q/DQ model written)" if c["written"] == form else ""),
+                   doc.fig_cell(fig, metric)]
+            if speeds:
+                ms = speeds["ms"].get(form)
+                row.append(f"{ms:.4f} ms, {speeds['implicit'] / ms:.2f}x implicit"
+                           + (f", {speeds['fp16'] / ms:.2f}x FP16" if speeds.get("fp16") else "") if ms else
+                           "not timed")
+            rows.append(row + [f"`{c['options'][form]}`"])
+        text = TEXT[c["choice"]].format(tensors=", ".join(f"`{t}`" for t in c["tensors"][:4])
+                                        + (f" and {len(c['tensors']) - 4} more" if len(c["tensors"]) > 4 else ""))
+        head = ["row", "form", f"{s.get('labels', {}).get(metric, metric)} (95 % CI)"]
+        if speeds:
+            head.append(f"measured on {speeds['where']}")
+        else:
+            text += " No engine of these forms has been timed for this model: time yours with `calib bench`."
+        out += [("h2", f"Placement choice: {TITLE[c['choice']]}"), ("p", text), ("table", head + ["picked by"], rows)]
+    return out
