@@ -33,10 +33,12 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from qdq_models import MODELS, BenchModel, sqnr_db, to_input  # noqa: E402
 
 JOBS = ("fp16", "implicit", "calib-qdq", "calib-qdq-stem", "calib-qdq-float-stem", "calib-qdq-like", "modelopt-qdq",
-        "calib-qdq-int8w", "calib-qdq-fp16", "calib-qdq-stem-fp16", "calib-qdq-resconv", "calib-qdq-resact")
+        "calib-qdq-int8w", "calib-qdq-fp16", "calib-qdq-stem-fp16", "calib-qdq-resconv", "calib-qdq-resact",
+        "calib-qdq-resfloat")
 QDQ_JOBS = ("calib-qdq", "calib-qdq-int8w", "calib-qdq-like", "calib-qdq-stem", "calib-qdq-float-stem",
-            "calib-qdq-fp16", "calib-qdq-stem-fp16", "calib-qdq-resconv", "calib-qdq-resact")
-RESIDUAL = {"calib-qdq-resconv": "conv", "calib-qdq-resact": "act"}  # --residual-branch
+            "calib-qdq-fp16", "calib-qdq-stem-fp16", "calib-qdq-resconv", "calib-qdq-resact", "calib-qdq-resfloat")
+# --residual-branch (calib-qdq: the tree's default, conv since the H100 timings of 2026-12-06)
+RESIDUAL = {"calib-qdq-resconv": "conv", "calib-qdq-resact": "act", "calib-qdq-resfloat": "float"}
 RANK = ("rank-minmax", "rank-entropy", "rank-percentile", "rank-mse")  # implicit engines of every cache, accuracy only
 BUILD_ESTIMATE_S = {"mbv2": 150, "yolov3-tiny": 220, "yolov8n": 200}  # level 3 on an H200, with margin
 PROFILED = ("implicit", "modelopt-qdq") + QDQ_JOBS
@@ -104,7 +106,7 @@ def accuracy(outs: dict, ref: dict, m: BenchModel, b: int) -> dict:
 
 
 def calib_qdq(cache: Path, model: Path, out: Path, int8_weights: bool = False, like: Path | None = None,
-              stem: bool | None = None, float_type: str = "fp32", residual: str = "float") -> dict:
+              stem: bool | None = None, float_type: str = "fp32", residual: str | None = None) -> dict:
     """calib's Q/DQ model from the cache, through the CLI (whatever placement the tree has now); `like`: an
     engine sidecar whose float layers get no Q/DQ (--like-engine); `float_type` fp16: the FP16+INT8 model made for
     TensorRT 11's strongly typed networks (--float-type fp16), here built with the INT8 and FP16 flags (TensorRT
@@ -114,7 +116,7 @@ def calib_qdq(cache: Path, model: Path, out: Path, int8_weights: bool = False, l
            "-o", str(out)] + (["--int8-weights"] if int8_weights else []) + (["--like-engine", str(like)] if like else []) \
         + {True: ["--quantize-stem-output"], False: ["--keep-stem-output-float"], None: []}[stem] \
         + (["--float-type", float_type] if float_type != "fp32" else []) \
-        + (["--residual-branch", residual] if residual != "float" else [])
+        + (["--residual-branch", residual] if residual else [])
     t0 = time.time()
     r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env)
     if r.returncode != 0:
@@ -251,7 +253,7 @@ def main() -> None:
                 row.update(calib_qdq(cache, model, src, int8_weights=name.endswith("int8w"), like=like,
                                      stem=True if "qdq-stem" in name else False if "float-stem" in name else None,
                                      float_type="fp16" if "fp16" in name else "fp32",
-                                     residual=RESIDUAL.get(name, "float")))
+                                     residual=RESIDUAL.get(name)))
                 row["cache"] = f"{best}.cache"
                 row["qdq_bytes"] = src.stat().st_size
             else:

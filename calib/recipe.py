@@ -97,9 +97,10 @@ class CalibrationSpec:
     # a stem Conv's output before its LeakyRelu in the Q/DQ model: int8 (TensorRT 8.6's speed) or float (one rounding
     # fewer, a slower engine); the report shows both where the model has one (calib.quantize.placement)
     stem_output: str = field(default="int8", metadata={"choices": ("int8", "float")})
-    # a residual Add's Conv branch behind an activation (YOLOv8's bottleneck) in the Q/DQ model: float (the
-    # default), conv (quantized at the Conv's output, as the implicit engine runs it) or act (at the activation's)
-    residual_branch: str = field(default="float", metadata={"choices": ("float", "conv", "act")})
+    # a residual Add's Conv branch behind an activation (YOLOv8's bottleneck) in the Q/DQ model: conv (the default:
+    # quantized at the Conv's output, as the implicit engine runs it), act (at the activation's) or float (slower);
+    # the report shows all three where the model has one
+    residual_branch: str = field(default="conv", metadata={"choices": ("float", "conv", "act")})
     allow_float_weights: bool = False  # write the Q/DQ model even where a layer's input is quantized, its weight not
     allow_qdq: bool = False  # calibrate a model that holds Q/DQ nodes already (refused by default: not FP32)
     trt_version: str = field(default="8600", metadata={"digits": True})

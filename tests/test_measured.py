@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from calib.deploy.measured import (TABLES, YOLOV3_TINY, YOLOV8N_320, placement_speeds, raw_engines, raw_field, tables,
-                                   verdicts, worth_blocks)
+from calib.deploy.measured import (TABLES, YOLOV3_TINY, YOLOV8N_320, placement_speeds, raw_engines, raw_field,
+                                   sentence, tables, verdicts, worth_blocks)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -65,8 +65,20 @@ def test_placement_rows_quote_the_level_3_stem_table_and_no_residual_table_befor
     assert m["where"] == "YOLOv3-tiny (NVIDIA H200, TensorRT 8.6.0, builder level 3, batch 4)"
     assert m["ms"] == {"int8": 0.2645, "float": 0.3483} and (m["implicit"], m["fp16"]) == (0.2682, 0.2940)
     assert placement_speeds("stem", None) == m  # another model's stem: the same table, named
-    with_residual = [t for t in TABLES if any(k.startswith("qdq-residual-") for k in t["ms"])]
-    assert (placement_speeds("residual", YOLOV8N_320[0]) is None) == (not with_residual)
+    r = placement_speeds("residual", YOLOV8N_320[0])  # the first of the two runs in turns that timed all three forms
+    assert r["where"] == ("YOLOv8n-320 (NVIDIA H100, TensorRT 8.6.0, builder level 3, batch 4, timed as CUDA graphs "
+                          "in turns)")
+    assert r["ms"] == {"float": 0.4885, "conv": 0.4538, "act": 0.4468} and r["implicit"] == 0.4645
+    assert r["raw"].endswith("alternate-res2.json")
+    assert all(r["implicit"] / r["ms"][f] >= 1 for f in ("conv", "act"))  # the default is at least implicit's speed
+
+
+def test_yolov8n_tables_name_the_old_default_qdq_engine_for_what_it_was():
+    t = next(t for t in TABLES if t["raw"].endswith("alternate-res.json"))
+    said = [sentence(t, v) for v in verdicts(t)]
+    assert "calib's Q/DQ model, residual branch float 0.4869 ms against FP16 0.5437 ms, 1.12x: pays" in said
+    assert ("calib's Q/DQ model, residual branch at the Conv (the default) 0.4499 ms against FP16 0.5437 ms, 1.21x: "
+            "pays") in said
 
 
 def test_placement_speeds_prefer_the_models_own_table_and_read_the_default_form_from_qdq():

@@ -30,9 +30,10 @@ def _conv(x, w, y, k=1):
     return helper.make_node("Conv", [x, w], [y], name=y, pads=[k // 2] * 4)
 
 
-def _sites(m, stem_output=False):
+def _sites(m, stem_output=False, **kw):
     """The placement's sites (the stem rule off unless asked: its own test below)."""
-    return {(m.graph.node[s.node].name, s.input): (s.kind, s.scale_of) for s in place(m, stem_output=stem_output)}
+    return {(m.graph.node[s.node].name, s.input): (s.kind, s.scale_of)
+            for s in place(m, stem_output=stem_output, **kw)}
 
 
 def _groups(m):
@@ -63,9 +64,10 @@ def test_silu_branch_is_a_conv_backbone():
              helper.make_node("Mul", ["c", "s"], ["m"], name="silu"),
              helper.make_node("Add", ["m", "x"], ["y"], name="add"), _conv("y", "w2", "out")]
     m = _model(nodes, [("input", [1, 3, 4, 4])], ["out"], [("w0", _w(4, 3)), ("w1", _w(4, 4)), ("w2", _w(2, 4))])
-    s = _sites(m)
+    s = _sites(m, residual_branch="float")
     assert ("add", 1) in s and ("add", 0) not in s
     assert not any(name in ("sig", "silu") for name, _ in s)
+    assert _sites(m) == _sites(m, residual_branch="conv") != s  # the default quantizes the Conv's output
 
 
 def test_residual_branch_through_an_activation_quantized_before_or_after_it_on_request():
@@ -77,19 +79,25 @@ def test_residual_branch_through_an_activation_quantized_before_or_after_it_on_r
              helper.make_node("Add", ["m", "x"], ["y"], name="add"), _conv("y", "w2", "out")]
     m = _model(nodes, [("input", [1, 3, 4, 4])], ["out"], [("w0", _w(4, 3)), ("w1", _w(4, 4)), ("w2", _w(2, 4))])
     sites = lambda **kw: {(m.graph.node[x.node].name, x.input): x.tensor for x in place(m, stem_output=False, **kw)}
-    base = sites()
+    base = sites(residual_branch="float")
     conv = sites(residual_branch="conv")
+    assert sites() == conv  # the default
     assert set(conv) - set(base) == {("sig", 0), ("silu", 0)} and conv[("sig", 0)] == conv[("silu", 0)] == "c"
     act = sites(residual_branch="act")
     assert set(act) - set(base) == {("add", 0)} and act[("add", 0)] == "m"
     amax = {t: 2.0 for t in ("input", "x", "c", "s", "m", "y")}
-    assert count_qdq(insert_qdq(m, amax, residual_branch="conv")) == count_qdq(insert_qdq(m, amax)) + 1
-    assert count_qdq(insert_qdq(m, amax, residual_branch="act")) == count_qdq(insert_qdq(m, amax)) + 1
+    plain = count_qdq(insert_qdq(m, amax, residual_branch="float"))
+    assert count_qdq(insert_qdq(m, amax)) == count_qdq(insert_qdq(m, amax, residual_branch="conv")) == plain + 1
+    assert count_qdq(insert_qdq(m, amax, residual_branch="act")) == plain + 1
     ir = inverted_residual()
     for where in ("conv", "act"):
         assert len(place(ir, stem_output=False, residual_branch=where)) == len(place(ir, stem_output=False))
     with pytest.raises(ValueError, match="not one of"):
         place(m, residual_branch="both")
+    from calib.quantize.placement import RESIDUAL_BRANCH
+    from calib.recipe import CalibrationSpec
+
+    assert CalibrationSpec().residual_branch == RESIDUAL_BRANCH == "conv"  # a recipe's default is convert's
     assert residual_adds(m) == ["add"] and residual_adds(ir) == []
     assert residual_adds(m, lambda node: node.name == "add") == []
 
@@ -119,10 +127,13 @@ def test_cache_convert_says_which_residual_placement_it_wrote(tmp_path):
         q = onnx.load(str(tmp_path / f"{where}.onnx"))
         quantized = {n.input[0] for n in q.graph.node if n.op_type == "QuantizeLinear"}
         assert ("c" in quantized) == (where == "conv") and ("m" in quantized) == (where == "act")
-    assert "1 residual Add behind an activation (add): Conv branch kept float (the default)" in said["float"]
-    assert "--residual-branch conv quantizes" in said["float"]
-    assert said["conv"].endswith("quantized at the Conv's output (--residual-branch conv)")
-    assert said["act"].endswith("quantized at the activation's output (--residual-branch act)")
+    assert "1 residual Add behind an activation (add): Conv branch kept float (--residual-branch float)" in said["float"]
+    assert "The default, --residual-branch conv, quantizes the Conv's output" in said["float"]
+    assert "quantized at the Conv's output (--residual-branch conv (the default)); --residual-branch float" in said["conv"]
+    assert "quantized at the activation's output (--residual-branch act); --residual-branch float" in said["act"]
+    r = run("cache", "convert", tmp_path / "minmax.cache", "--model", tmp_path / "m.onnx", "--to", "qdq",
+            "-o", tmp_path / "default.onnx")
+    assert "(--residual-branch conv (the default))" in r.output
 
 
 def test_decoder_add_without_a_conv_input_stays_float():

@@ -105,10 +105,11 @@ def cache_diff(a, b, top, ignore_sidecar):
               help="Q/DQ: quantize the output of a stem Conv (<= 4 input channels) before its LeakyRelu, which "
                    "TensorRT 8.6 leaves unfused (YOLOv3-tiny's layer0): the Q/DQ engine then runs as fast as the "
                    "implicit one, at its accuracy; --keep-stem-output-float: one rounding fewer, slower engine.")
-@click.option("--residual-branch", type=click.Choice(["float", "conv", "act"]), default="float", show_default=True,
+@click.option("--residual-branch", type=click.Choice(["conv", "act", "float"]), default="conv", show_default=True,
               help="Q/DQ: a residual Add whose Conv reaches it through an activation (Conv -> SiLU -> Add), which "
                    "TensorRT 8.6 does not fuse: conv quantizes the Conv's output (activation + Add then run as one "
-                   "INT8 layer, as in the implicit engine), act the activation's output (as ModelOpt places it).")
+                   "INT8 layer, as in the implicit engine), act the activation's output (as ModelOpt places it), "
+                   "float leaves it float (activation + Add in FP16: a slower engine).")
 @click.option("--allow-float-weights", is_flag=True,
               help="Q/DQ: write the model even where a layer's input gets Q/DQ but its weight stays float "
                    "(refused by default: TensorRT cannot run that layer in INT8).")
@@ -198,21 +199,22 @@ def cache_convert(file, model, fmt, carrier, trt_version, exclude, ignore_hash, 
 
 def _say_residual(proto, ex, where: str) -> None:
     """Which placement the Conv branches of residual Adds behind an activation got, where the model has any."""
-    from calib.quantize.placement import residual_adds
+    from calib.quantize.placement import RESIDUAL_BRANCH, residual_adds
 
     adds = residual_adds(proto, ex.excludes)
     if not adds:
         return
     names = ", ".join(adds[:3]) + (f" and {len(adds) - 3} more" if len(adds) > 3 else "")
+    head = f"{len(adds)} residual Add{'s' if len(adds) != 1 else ''} behind an activation ({names}): Conv branch"
     if where == "float":
-        click.echo(f"{len(adds)} residual Add{'s' if len(adds) != 1 else ''} behind an activation ({names}): Conv "
-                   "branch kept float (the default); TensorRT 8.6 then runs activation + Add in float. "
-                   "--residual-branch conv quantizes the Conv's output (as the implicit engine runs it), act the "
-                   "activation's output")
+        click.echo(f"{head} kept float (--residual-branch float); TensorRT 8.6 then runs activation + Add in FP16, "
+                   "a slower engine. The default, --residual-branch conv, quantizes the Conv's output (as the "
+                   "implicit engine runs it)")
     else:
         at = "the Conv's output" if where == "conv" else "the activation's output"
-        click.echo(f"{len(adds)} residual Add{'s' if len(adds) != 1 else ''} behind an activation ({names}): Conv "
-                   f"branch quantized at {at} (--residual-branch {where})")
+        default = " (the default)" if where == RESIDUAL_BRANCH else ""
+        click.echo(f"{head} quantized at {at} (--residual-branch {where}{default}); --residual-branch float keeps "
+                   "it float: one rounding fewer, a slower engine")
 
 
 def _say_stem(proto, ex, quantized: bool) -> None:
@@ -233,7 +235,7 @@ def _say_stem(proto, ex, quantized: bool) -> None:
 
 
 def _write_fp16(proto, c, ex, int8_weights, io_type, ranges, stem_output, model, allow_float_weights, out,
-                kept_text="", residual_branch="float") -> None:
+                kept_text="", residual_branch="conv") -> None:
     """Write the FP16+INT8 model of `proto` with the cache `c` to `out` and say which layers stay FP32."""
     from calib.io.files import atomic_write_bytes
     from calib.quantize.coverage import check_float_weights, weight_coverage
@@ -281,6 +283,6 @@ def cache_migrate(ctx, file, model, out, ranges, io_type, exclude, int8_weights,
     with `trtexec --onnx=OUT` (TensorRT 11, strongly typed) or `trtexec --onnx=OUT --stronglyTyped` (10.x)."""
     ctx.invoke(cache_convert, file=file, model=model, fmt="qdq", carrier="EntropyCalibration2", trt_version=None,
                exclude=exclude, ignore_hash=ignore_hash, allow_unknown=allow_unknown, int8_weights=int8_weights,
-               quantize_stem_output=True, residual_branch="float", allow_float_weights=False, like_engine=None,
+               quantize_stem_output=True, residual_branch="conv", allow_float_weights=False, like_engine=None,
                allow_qdq=False, float_type="fp16", io_type=io_type, ranges=ranges, ignore_sidecar=ignore_sidecar,
                allow_partial=allow_partial, out=out)

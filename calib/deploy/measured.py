@@ -24,6 +24,10 @@ YOLOV8N_320 = ("c15d8273adad2d0a92f014cc69ab2d6c311a06777a55545f2c4eb46f51911f0f
                "e4d8156372c5f0122447e8104264672d836b3ce2e175a5adb4ff5b5411656f44")
 MOBILENET_V2 = ("bc184dda468378e679fbcfb3852a2d104a59f3069296c961abed85d697080aa8",)
 
+# YOLOv8n's `qdq` engines were made with the residual branch float, the default until these tables showed conv faster
+RESIDUAL_FLOAT = {"qdq": "calib's Q/DQ model, residual branch float"}
+RESIDUAL_NAMES = {"qdq": "calib-qdq", "qdq-residual-conv": "calib-qdq-resconv", "qdq-residual-act": "calib-qdq-resact"}
+
 TABLES = [
     {"model": "YOLOv3-tiny", "sha256": YOLOV3_TINY, "card": "NVIDIA H200", "tensorrt": "8.6.0", "level": 3,
      "batch": 4, "date": "2026-12-06", "raw": "benchmarks/trt86-h200/qdq-l3-stem/table.json",
@@ -38,7 +42,7 @@ TABLES = [
      "names": {"qdq": "calib-qdq-stem", "qdq-stem-float": "calib-qdq", "modelopt": "modelopt-qdq"}},
     {"model": "YOLOv8n-320", "sha256": YOLOV8N_320, "card": "NVIDIA H100", "tensorrt": "8.6.0", "level": 3,
      "batch": 4, "date": "2026-12-06", "raw": "benchmarks/trt86-h100/qdq-l3/yolov8n-l3-b4/table.json",
-     "ms": {"implicit": 0.8727, "qdq": 0.9356}, "names": {"qdq": "calib-qdq"},
+     "ms": {"implicit": 0.8727, "qdq": 0.9356}, "names": {"qdq": "calib-qdq"}, "labels": RESIDUAL_FLOAT,
      "note": "enqueued one by one in two processes: mostly launch cost and noise; timed in turns as CUDA graphs "
              "(below) calib's Q/DQ model runs 0.99x the implicit engine"},
     {"model": "YOLOv8n-320", "sha256": YOLOV8N_320, "card": "NVIDIA H100", "tensorrt": "8.6.0", "level": 3,
@@ -47,18 +51,31 @@ TABLES = [
     {"model": "YOLOv8n-320", "sha256": YOLOV8N_320, "card": "NVIDIA H100", "tensorrt": "8.6.0", "level": 3,
      "batch": 4, "date": "2026-12-06", "raw": "benchmarks/trt86-h100/qdq-l3-graph/yolov8n-l3-b4/alternate-4.json",
      "timing": "CUDA graph, in turns", "ms": {"fp16": 0.5271, "implicit": 0.4823, "qdq": 0.4886, "modelopt": 0.5374},
-     "names": {"qdq": "calib-qdq", "modelopt": "modelopt-qdq"}},
+     "names": {"qdq": "calib-qdq", "modelopt": "modelopt-qdq"}, "labels": RESIDUAL_FLOAT},
+    # the same engines with the two other residual forms, in turns twice (the second in another order)
+    {"model": "YOLOv8n-320", "sha256": YOLOV8N_320, "card": "NVIDIA H100", "tensorrt": "8.6.0", "level": 3,
+     "batch": 4, "date": "2026-12-06", "raw": "benchmarks/trt86-h100/qdq-l3-graph/yolov8n-l3-b4/alternate-res2.json",
+     "timing": "CUDA graph, in turns", "labels": RESIDUAL_FLOAT,
+     "ms": {"fp16": 0.5358, "implicit": 0.4645, "qdq": 0.4885, "qdq-residual-conv": 0.4538, "qdq-residual-act": 0.4468},
+     "names": RESIDUAL_NAMES},
+    {"model": "YOLOv8n-320", "sha256": YOLOV8N_320, "card": "NVIDIA H100", "tensorrt": "8.6.0", "level": 3,
+     "batch": 4, "date": "2026-12-06", "raw": "benchmarks/trt86-h100/qdq-l3-graph/yolov8n-l3-b4/alternate-res.json",
+     "timing": "CUDA graph, in turns", "labels": RESIDUAL_FLOAT,
+     "ms": {"fp16": 0.5437, "implicit": 0.4805, "qdq": 0.4869, "qdq-residual-conv": 0.4499, "qdq-residual-act": 0.4475},
+     "names": RESIDUAL_NAMES},
     {"model": "YOLOv8n-320", "sha256": YOLOV8N_320, "card": "NVIDIA H100", "tensorrt": "8.6.0", "level": 1,
      "batch": 4, "date": "2026-12-05", "raw": "benchmarks/trt86-h100/qdq-b4-stem/yolov8n/table.json",
      "ms": {"fp16": 0.7188, "implicit": 0.6701, "qdq": 0.9861, "modelopt": 0.7376},
-     "names": {"qdq": "calib-qdq", "modelopt": "modelopt-qdq"}},
+     "names": {"qdq": "calib-qdq", "modelopt": "modelopt-qdq"}, "labels": RESIDUAL_FLOAT},
     {"model": "MobileNetV2", "sha256": MOBILENET_V2, "card": "NVIDIA H200", "tensorrt": "8.6.0", "level": 3,
      "batch": 32, "date": "2026-12-04", "raw": "benchmarks/trt86-h200/qdq/table.json",
      "ms": {"fp16": 0.6550, "implicit": 0.4723, "qdq": 0.4764, "modelopt": 0.4788},
      "names": {"qdq": "calib-qdq", "modelopt": "modelopt-qdq"}},
 ]
 LABELS = {"fp16": "FP16", "implicit": "implicit INT8", "qdq": "calib's Q/DQ model",
-          "qdq-stem-float": "calib's Q/DQ model, stem output float", "modelopt": "ModelOpt's Q/DQ model"}
+          "qdq-stem-float": "calib's Q/DQ model, stem output float", "modelopt": "ModelOpt's Q/DQ model",
+          "qdq-residual-conv": "calib's Q/DQ model, residual branch at the Conv (the default)",
+          "qdq-residual-act": "calib's Q/DQ model, residual branch at the activation"}
 
 
 # the placement forms the `qdq` engines of these tables have (calib.evaluate.placement_rows.FORMS); other forms are
@@ -117,7 +134,7 @@ def verdicts(t: dict, tolerance: float = TOLERANCE) -> list[dict]:
 
 
 def sentence(t: dict, v: dict) -> str:
-    a, b = LABELS[v["engine"]], LABELS[v["against"]]
+    a, b = (t.get("labels", {}).get(k, LABELS[k]) for k in (v["engine"], v["against"]))
     said = ({"pays": "pays", "same": f"does not pay (within {TOLERANCE:.0%})", "slower": "does not pay: slower"}
             if v["against"] == "fp16" else
             {"pays": "faster", "same": f"as fast (within {TOLERANCE:.0%})", "slower": "slower"})

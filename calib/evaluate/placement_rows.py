@@ -2,8 +2,8 @@
 
     stem      a stem Conv's output before its LeakyRelu, which TensorRT 8.6 leaves unfused: "int8" (a Q/DQ pair
               there, the default) or "float" (`--keep-stem-output-float`)
-    residual  a residual Add's Conv branch behind an activation (YOLOv8's bottleneck): "float" (the default), "conv"
-              (a pair on the Conv's output) or "act" (on the activation's output) (`--residual-branch`)
+    residual  a residual Add's Conv branch behind an activation (YOLOv8's bottleneck): "conv" (a pair on the Conv's
+              output, the default), "act" (on the activation's output) or "float" (`--residual-branch`)
 
 The Q/DQ model as written is the row `<algo> qdq`; for every choice the model has, each other form is built with
 only that choice changed and run on the same samples (paired) as `<algo> qdq <choice>-<form>`. The report gives each
@@ -13,12 +13,18 @@ from __future__ import annotations
 
 import onnx
 
-FORMS = {"stem": ("int8", "float"), "residual": ("float", "conv", "act")}
-OPTIONS = {("stem", "int8"): "calib cache convert (the default); recipe calibration.stem_output: int8",
-           ("stem", "float"): "calib cache convert --keep-stem-output-float; recipe calibration.stem_output: float",
-           ("residual", "float"): "calib cache convert (the default); recipe calibration.residual_branch: float",
-           ("residual", "conv"): "calib cache convert --residual-branch conv; recipe calibration.residual_branch: conv",
-           ("residual", "act"): "calib cache convert --residual-branch act; recipe calibration.residual_branch: act"}
+FORMS = {"stem": ("int8", "float"), "residual": ("conv", "act", "float")}
+FLAGS = {("stem", "int8"): None, ("stem", "float"): "--keep-stem-output-float", ("residual", "conv"): None,
+         ("residual", "act"): "--residual-branch act", ("residual", "float"): "--residual-branch float"}
+KEYS = {"stem": "stem_output", "residual": "residual_branch"}
+
+
+def option(choice: str, form: str) -> str:
+    """What picks this form: the convert flag (none for the default) and the recipe key."""
+    return (f"calib cache convert {FLAGS[choice, form] or '(the default)'}; "
+            f"recipe calibration.{KEYS[choice]}: {form}")
+
+
 TEXT = {
     "stem": "TensorRT 8.6 leaves the LeakyRelu after the stem Conv ({tensors}) unfused. With a Q/DQ pair on the "
             "Conv's output both run in INT8, as in the implicit engine; without it the Conv writes FP16 (a slow "
@@ -69,7 +75,7 @@ def add_placement_rows(result: dict, algo: str, model: onnx.ModelProto, amax: di
             rows[form] = f"{own} {choice}-{form}"
             engines[rows[form]] = Fp16Runner(other, rows[form], backend=backend)
         choices.append({"choice": choice, "tensors": tensors, "written": written[choice], "rows": rows,
-                        "options": {f: OPTIONS[choice, f] for f in FORMS[choice]}})
+                        "options": {f: option(choice, f) for f in FORMS[choice]}})
     release()
     add_rows(result, engines, model_path, source, recipe, budget, hook, metric)
     return {"choices": choices}

@@ -17,6 +17,7 @@ from calib.errors import CalibError
 from calib.quantize.fp16 import Fp16Result, to_fp16
 from calib.quantize.fp16_keep import Kept, fp32_layers
 from calib.quantize.opset import FP16_QDQ_OPSET, at_qdq_opset
+from calib.quantize.placement import RESIDUAL_BRANCH
 from calib.quantize.qdq import Exclusions, insert_qdq
 
 log = logging.getLogger(__name__)
@@ -52,7 +53,7 @@ class Fp16Model:
 def make_fp16_model(model: onnx.ModelProto, amax: dict, ranges: dict | None = None, ranges_from: str | None = None,
                     exclude: Exclusions = Exclusions(), int8_weights: bool = False, io_type: str = "fp32",
                     stem_output: bool = True, label: str | None = None, tail: bool = True,
-                    fp32: tuple = (), residual_branch: str = "float") -> Fp16Model:
+                    fp32: tuple = (), residual_branch: str = RESIDUAL_BRANCH) -> Fp16Model:
     """The FP16+INT8 model of `model` with activation amax `amax`. `ranges`: tensor -> absolute maximum over the
     calibration pass (None: the amax table stands in, a lower bound); layers in `exclude` stay float (FP16); the
     nodes named in `fp32` stay FP32 (a fallback that keeps layers in FP32)."""

@@ -236,6 +236,9 @@ def _groups(g: Graph, sites: list[Site]) -> list[Site]:
 
 
 RESIDUAL_BRANCHES = ("float", "conv", "act")
+# the default: on an H100 (TensorRT 8.6, level 3) YOLOv8n-320's Q/DQ engine ran 1.02-1.07x the implicit one with it,
+# 0.95-0.99x with the branch float (benchmarks/RESULTS_QDQ.md)
+RESIDUAL_BRANCH = "conv"
 
 
 def _residual_branches(g: Graph, excluded, where: str) -> list[Site]:
@@ -271,9 +274,9 @@ def residual_adds(model: onnx.ModelProto, excluded=lambda node: False) -> list[s
 
 
 def place(model: onnx.ModelProto, excluded=lambda node: False, stem_output: bool = True,
-          residual_branch: str = "float") -> list[Site]:
-    """Every edge TensorRT should see quantized, in graph order. residual_branch: "float" (the default), "conv" or
-    "act": see _residual_branches."""
+          residual_branch: str = RESIDUAL_BRANCH) -> list[Site]:
+    """Every edge TensorRT should see quantized, in graph order. residual_branch: "conv" (the default), "act" or
+    "float": see _residual_branches."""
     if residual_branch not in RESIDUAL_BRANCHES:
         raise ValueError(f"residual_branch '{residual_branch}' is not one of {', '.join(RESIDUAL_BRANCHES)}")
     g = Graph.of(model)

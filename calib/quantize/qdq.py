@@ -20,7 +20,7 @@ from onnx import helper, numpy_helper
 
 from calib.quantize.model import node_name
 from calib.quantize.opset import at_qdq_opset, mark_opset
-from calib.quantize.placement import place
+from calib.quantize.placement import RESIDUAL_BRANCH, place
 from calib.quantize.ties import tie_amax
 from calib.quantize.weights import Folder, prune
 
@@ -160,7 +160,7 @@ def _set_kernel_shape(node, shape: tuple) -> None:
 def insert_qdq(model: onnx.ModelProto, amax: dict, exclude: Exclusions = Exclusions(),
                per_channel: bool = True, weights: bool = True, activations: bool = True,
                int8_weights: bool = False, label: str | None = None,
-               stem_output: bool = True, residual_branch: str = "float") -> onnx.ModelProto:
+               stem_output: bool = True, residual_branch: str = RESIDUAL_BRANCH) -> onnx.ModelProto:
     """A copy of `model` with Q/DQ pairs; `amax` maps activation tensor names to their amax.
 
     A model below opset 13 is converted first (calib.quantize.opset; `label` names it in errors); the copy's
@@ -168,7 +168,8 @@ def insert_qdq(model: onnx.ModelProto, amax: dict, exclude: Exclusions = Exclusi
     cache and its Q/DQ model agree. weights=False or activations=False leaves that kind in float (to tell which
     of the two costs accuracy); stem_output: quantize a stem Conv's output before its LeakyRelu (the default:
     TensorRT 8.6's speed; False keeps it float, a little more accurate; calib.quantize.placement); residual_branch:
-    "conv" or "act" quantizes a residual Add's Conv branch before or after its activation (placement)."""
+    "conv" (the default: TensorRT 8.6's speed) or "act" quantizes a residual Add's Conv branch before or after its
+    activation, "float" leaves it float (placement)."""
     m = at_qdq_opset(model, label)
     if m is model:
         m = onnx.ModelProto()
