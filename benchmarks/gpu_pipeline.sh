@@ -24,13 +24,15 @@
 #   fp16-yolov3-tiny, fp16-mbv2    issue 31: the FP16+INT8 model (--float-type fp16)
 #               beside the FP32-float Q/DQ model, the implicit engine and FP16 (YOLOv3-tiny level 1 batch 4;
 #               MobileNetV2 level 3 batch 32)
+#   l3-yolov8n  YOLOv8n-320 at level 3, batch Y8_BATCH (4): implicit, calib-qdq, fp16
 #   l3-yolov8n-alt  YOLOv8n-320 at level 3, batch 4: implicit, calib-qdq, then fp16, each set timed in turns
 #               (benchmarks/alternate.py: plain and CUDA-graph figures); KEEP_ENGINES=1 on collect brings engines back
 #   l3-yolov8n-resume  calib-qdq and modelopt-qdq beside the implicit and FP16 engines an earlier H100 lease
 #               brought back, all in turns
 #   l3-yolov8n-residual  calib-qdq-resconv and -resact (--residual-branch conv / act) beside the carried implicit,
 #               FP16 and calib-qdq engines, all five in turns
-#   gpu-tests   pytest -m gpu tests/gpu (level 1), capped at TESTS_S
+#   l3-mbv2     MobileNetV2 at level 3, batch 1 and 4 (L3_BATCHES): implicit, calib-qdq, fp16, modelopt-qdq
+#   gpu-tests   pytest -m gpu tests/gpu (level 1), capped at TESTS_S; the golden photos from calib-home/photos_224.npy
 set -uo pipefail; shopt -s nullglob
 P=/tmp/pipe R=/tmp/pipe/res
 case $1 in
@@ -45,6 +47,7 @@ case $1 in
     export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 CALIB_HOME=/opt/extra/calib-home TESTS_S=${TESTS_S:-400} \
       CALIB_MINILM_NPZ=/opt/extra/calib-home/minilm_sentences192.npz
     export CALIB_TRT_TACTIC_SOURCES=${CALIB_TRT_TACTIC_SOURCES:-EDGE_MASK_CONVOLUTIONS,JIT_CONVOLUTIONS}
+    [ -f /opt/extra/calib-home/photos_224.npy ] && export CALIB_PHOTOS_224=/opt/extra/calib-home/photos_224.npy
     echo $$ > "$P/pid"
     { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
       python3.10 -c 'import tensorrt; print("tensorrt", tensorrt.__version__)'; } > "$R/device.txt" 2>&1
@@ -63,8 +66,8 @@ case $1 in
           wait
           ;;
         ranks-yolov8n)  # YOLOv8n's implicit engines of the four caches (accuracy only), two processes
-          QDQ_DEADLINE=900 qdq yolov8n 1 4 rank-minmax,rank-entropy /tmp/qdq22/yolov8n-rank-a 330 > "$R/rank-a.log" 2>&1 &
-          QDQ_DEADLINE=900 qdq yolov8n 1 4 rank-percentile,rank-mse /tmp/qdq22/yolov8n-rank-b 330 > "$R/rank-b.log" 2>&1 &
+          QDQ_DEADLINE=900 qdq yolov8n 1 4 rank-minmax,rank-entropy /tmp/qdq22/yolov8n-rank-a 640 > "$R/rank-a.log" 2>&1 &
+          QDQ_DEADLINE=900 qdq yolov8n 1 4 rank-percentile,rank-mse /tmp/qdq22/yolov8n-rank-b 640 > "$R/rank-b.log" 2>&1 &
           wait
           ;;
         qdq-yolov3-tiny)  # with the stem rule (--quantize-stem-output) beside the plain placement: 6 builds
@@ -107,10 +110,19 @@ case $1 in
             echo "exit $?" >> "$R/l3-yolov3-tiny-b$b.log"
           done
           ;;
-        l3-yolov8n)  # issue 40: level 3, batch 4: the default placement beside the implicit engine and FP16
-          QDQ_DEADLINE=${Y8_DEADLINE:-1500} qdq yolov8n 3 4 implicit,calib-qdq,fp16 /tmp/qdq22/yolov8n-l3-b4 1600 \
-            > "$R/l3-yolov8n-b4.log" 2>&1
-          echo "exit $?" >> "$R/l3-yolov8n-b4.log"
+        l3-yolov8n)  # issue 40: level 3 at Y8_BATCH (4): the default placement beside the implicit engine and FP16
+          b=${Y8_BATCH:-4}
+          QDQ_DEADLINE=${Y8_DEADLINE:-1500} qdq yolov8n 3 "$b" implicit,calib-qdq,fp16 /tmp/qdq22/yolov8n-l3-b$b 1600 \
+            > "$R/l3-yolov8n-b$b.log" 2>&1
+          echo "exit $?" >> "$R/l3-yolov8n-b$b.log"
+          ;;
+        l3-mbv2)  # issue 40: MobileNetV2 at level 3, batch 1 then 4 (L3_BATCHES): implicit, calib's Q/DQ, FP16,
+          # ModelOpt's Q/DQ (the staged qdq22 must hold mbv2: qdq_prepare.py --models mbv2)
+          for b in ${L3_BATCHES:-1 4}; do
+            QDQ_DEADLINE=${MBV2_DEADLINE:-900} qdq mbv2 3 "$b" implicit,calib-qdq,fp16,modelopt-qdq \
+              /tmp/qdq22/mbv2-l3-b$b 960 > "$R/l3-mbv2-b$b.log" 2>&1
+            echo "exit $?" >> "$R/l3-mbv2-b$b.log"
+          done
           ;;
         l3-yolov8n-alt)  # issue 40: level 3, batch 4: implicit and calib's default Q/DQ, timed in turns (plain and as
           # CUDA graphs: benchmarks/alternate.py), then FP16 and the three in turns
