@@ -226,6 +226,48 @@ output: out
     assert "Fastest variant within the budget: 1 layers in float" in md
 
 
+def test_engines_take_the_recipes_input_shapes_for_dims_past_the_batch(tmp_path):
+    """A model whose height and width are dynamic (a detector's pyramid level): `input_shapes` fixes them for the
+    CPU passes and for every engine `calib sensitivity` and `calib run` build, the batch dim the engine's own. Before
+    the engines took them, both stopped at "dynamic dims beyond the batch"."""
+    import onnx
+
+    from test_fallback import sensitive_model
+
+    m = onnx.load(str(sensitive_model(tmp_path / "s.onnx")))
+    for d, name in zip(m.graph.input[0].type.tensor_type.shape.dim[2:], ("H", "W")):
+        d.dim_param = name
+    for d, name in zip(m.graph.output[0].type.tensor_type.shape.dim[2:], ("H", "W")):
+        d.dim_param = name
+    onnx.save(m, str(tmp_path / "s.onnx"))
+    np.save(tmp_path / "x.npy", np.random.default_rng(0).uniform(0.1, 1, (8, 2, 4, 4)).astype(np.float32))
+    (tmp_path / "r.yaml").write_text("""
+name: s
+model: s.onnx
+calibration_data: {kind: npy, path: x.npy}
+input_shapes: {input: [1, 2, 4, 4]}
+sensitivity: {metric: output_sqnr, min_sqnr_db: 30, samples: 8, pin_int8: true}
+backend: {kind: tensorrt, batch_size: 8}
+output: out
+""")
+    r = calib_cli("sensitivity", tmp_path / "r.yaml", simulate=True)
+    assert r.returncode == 0, r.stderr
+    e = json.loads((tmp_path / "out" / "sensitivity" / "sensitivity.json").read_text())["engine"]
+    assert e["float_layers"] == ["convB"] and e["met"]
+    r = calib_cli("run", tmp_path / "r.yaml", "--set", "calibration.algorithms=[minmax]")
+    assert r.returncode == 0, r.stderr
+    side = json.loads(next((tmp_path / "out").glob("*.engine.json")).read_text())
+    assert side["input_shapes"]["input"] == [8, 2, 4, 4]
+
+
+def test_recipe_shapes_put_the_engine_batch_where_the_model_has_a_dynamic_one():
+    from calib.runners.tensorrt.builder import recipe_shapes
+
+    dims = {"images": (None, 3, None, None), "fixed": (1, 4), "dyn": (-1, 2)}
+    got = recipe_shapes({"images": (1, 3, 320, 240), "fixed": (1, 4), "dyn": (5, 2), "absent": (1,)}, dims, 8)
+    assert got == (("images", (8, 3, 320, 240)), ("fixed", (1, 4)), ("dyn", (8, 2)))
+
+
 def test_layerwise_names_an_algorithm_of_the_recipe(tmp_path):
     np.save(tmp_path / "calib.npy", np.load(GOLDEN / "cnn" / "cnn_calib.npy")[:8])
     (tmp_path / "r.yaml").write_text(f"""

@@ -15,7 +15,8 @@ from calib.io.files import atomic_write_text
 from calib.quantize.qdq import Exclusions, quantizable_layers
 from calib.recipe import Recipe
 from calib.runners.tensorrt import compat
-from calib.runners.tensorrt.builder import BuildSpec, Built, build, read_layer_precisions, write_engine
+from calib.runners.tensorrt.builder import (BuildSpec, Built, build, read_layer_precisions, recipe_shapes,
+                                            write_engine)
 from calib.runners.tensorrt.calibrators import cache_calibrator, make_calibrator, sample_shapes
 from calib.runners.tensorrt.inspect import node_precisions
 from calib.runners.tensorrt.profile import format_table, profile_layers
@@ -76,8 +77,14 @@ def build_engines(recipe: Recipe, model_path: Path, info, amax: dict, calib_sour
 
     profiles = normalize(b.profiles)
     _check_batch(profiles, b.batch_size, recipe.source)
+    shapes = ()
+    if recipe.input_shapes:  # the dims of the file built (info holds them fixed already)
+        from calib.quantize.model import inspect_model
+
+        dims = {n: tuple(d) for n, d, _ in inspect_model(model_path).inputs}
+        shapes = recipe_shapes(recipe.input_shapes, dims, b.batch_size)
     base = dict(batch_size=b.batch_size, workspace_mb=b.workspace_mb, optimization_level=b.optimization_level,
-                tactic_sources=tuple(b.tactic_sources) or None, profiles=profiles,
+                tactic_sources=tuple(b.tactic_sources) or None, profiles=profiles, shapes=shapes,
                 mark_outputs=tuple(extra_outputs))
     rules = layer_precision_rules(recipe)
     out = EngineSet()

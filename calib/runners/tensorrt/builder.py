@@ -222,6 +222,21 @@ def _network_inputs(network) -> dict:
     return {network.get_input(i).name: tuple(network.get_input(i).shape) for i in range(network.num_inputs)}
 
 
+def recipe_shapes(input_shapes: dict, model_dims: dict, batch: int) -> tuple:
+    """BuildSpec.shapes from a recipe's input_shapes (full shapes, as trtexec's --shapes): where the model's first
+    dim is dynamic (None or < 0) it becomes the engine's batch; an input the model lacks is left out (the recipe
+    check names it)."""
+    out = []
+    for name, shape in input_shapes.items():
+        dims = model_dims.get(name)
+        if dims is None:
+            continue
+        shape = tuple(int(d) for d in shape)
+        dynamic = bool(dims) and (dims[0] is None or dims[0] < 0)
+        out.append((name, (batch, *shape[1:]) if dynamic and shape else shape))
+    return tuple(out)
+
+
 def _fixed_shape(name: str, dims: tuple, spec: BuildSpec) -> tuple:
     given = dict(spec.shapes)
     if name in given:
