@@ -5,7 +5,8 @@ engine:
 
     fp16            the FP32 model built with FP16 enabled
     implicit        implicit INT8 (+FP16) from calib's cache
-    qdq             calib's Q/DQ model as `calib cache convert` writes it by default (+FP16)
+    qdq             calib's Q/DQ model as `calib cache convert` wrote it by default when timed (+FP16; its
+                    placement forms: QDQ_FORMS, the residual branch float, which `labels` says where it matters)
     qdq-stem-float  the same with --keep-stem-output-float (YOLOv3-tiny: the stem Conv's output left float)
     qdq-residual-conv, qdq-residual-act   the same with --residual-branch conv / act (YOLOv8n's bottleneck Adds)
     modelopt        ModelOpt's Q/DQ model from the same cache (+FP16)
