@@ -280,19 +280,22 @@ def evaluation_plan(model_path, info: ModelInfo, budget: Budget, batch_size: int
     total = sum(sizes.get(n, 0) for n in names)
     one = fixed or 1
     within = budget.limit - budget.limit // RESERVE
-    for limit, last in ((within, False), (budget.limit, True)):  # with the reserve kept if any grouping allows
-        for k in range(1, MAX_GROUPS + 1):
-            parts = tensor_groups(names, sizes, -(-total // k)) if k > 1 else [names]
-            per = _with_scratch(max(layerwise_bytes(proto, info, sizes, g) for g in parts))
-            held = fixed_bytes(EVALUATION, weights, inputs, batch_size, sessions * len(parts), now, nodes)
-            if held + max(per * one, shared) <= limit or (last and k == MAX_GROUPS):
-                hint = ""
-                if switch:
-                    need = fixed_bytes(EVALUATION, weights, inputs, batch_size, sessions, now, nodes) + \
-                        max(_with_scratch(outputs_bytes(proto, info, sizes)) * one, shared)
-                    hint = f"{switch} (the outputs compared, not every layer: about {size_text(need)})"
-                most = max(1, (limit - held) // max(1, per))
-                return plan(budget, EVALUATION, per, weights, inputs, batch_size, what, fixed,
-                            sessions * len(parts), now, hint, parts if len(parts) > 1 else None, nodes, shared,
-                            most=most)
-    raise AssertionError("unreachable")
+    chosen = fallback = None  # the fewest groups within the reserve; else the fewest within the budget
+    for k in range(1, MAX_GROUPS + 1):
+        parts = tensor_groups(names, sizes, -(-total // k)) if k > 1 else [names]
+        per = _with_scratch(max(layerwise_bytes(proto, info, sizes, g) for g in parts))
+        held = fixed_bytes(EVALUATION, weights, inputs, batch_size, sessions * len(parts), now, nodes)
+        need = held + max(per * one, shared)
+        if need <= within:
+            chosen = (parts, per, held, within)
+            break
+        if fallback is None and need <= budget.limit:
+            fallback = (parts, per, held, budget.limit)
+    parts, per, held, limit = chosen or fallback or (parts, per, held, budget.limit)  # the last: plan says why
+    hint = ""
+    if switch:
+        need = fixed_bytes(EVALUATION, weights, inputs, batch_size, sessions, now, nodes) + \
+            max(_with_scratch(outputs_bytes(proto, info, sizes)) * one, shared)
+        hint = f"{switch} (the outputs compared, not every layer: about {size_text(need)})"
+    return plan(budget, EVALUATION, per, weights, inputs, batch_size, what, fixed, sessions * len(parts), now, hint,
+                parts if len(parts) > 1 else None, nodes, shared, most=max(1, (limit - held) // max(1, per)))

@@ -13,6 +13,7 @@ import logging
 from dataclasses import replace
 
 from calib.errors import CalibError
+from calib.quantize.model import inspect_model
 from calib.runners.tensorrt import compat
 from calib.runners.tensorrt.builder import BuildSpec, build, recipe_shapes
 from calib.runners.tensorrt.calibrators import cache_calibrator
@@ -106,10 +107,10 @@ def engine_search(cpu: Scorer, ranking: list[dict], target: float, model_path, a
     b, s = recipe.backend, recipe.sensitivity
     layers = [r["layer"] for r in ranking]
     batch = max(len(next(iter(feed.values()))) for feed, _ in cpu.batches)
-    dims = {i.name: tuple(d.dim_value if d.HasField("dim_value") else None for d in i.type.tensor_type.shape.dim)
-            for i in cpu.model.graph.input}
+    dims = {n: d for n, d, _ in inspect_model(model_path).inputs}  # the file's own dims (inspected already)
     spec = BuildSpec(precisions=tuple(dict.fromkeys([*b.precision, s.precision])), batch_size=batch,
-                     shapes=recipe_shapes(recipe.input_shapes, dims, batch), workspace_mb=b.workspace_mb, optimization_level=b.optimization_level,
+                     shapes=recipe_shapes(recipe.input_shapes, dims, batch), workspace_mb=b.workspace_mb,
+                     optimization_level=b.optimization_level,
                      timing_cache=b.timing_cache, tactic_sources=tuple(b.tactic_sources) or None,
                      constraints=b.constraints)
     scorer = EngineScorer(cpu, model_path, amax, spec, s.precision,
