@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from calib.deploy.measured import (TABLES, YOLOV3_TINY, YOLOV8N_320, placement_speeds, raw_engines, raw_field,
-                                   sentence, tables, verdicts, worth_blocks)
+from calib.deploy.measured import (MOBILENET_V2, TABLES, YOLOV3_TINY, YOLOV8N_320, from_batch, placement_speeds,
+                                   raw_engines, raw_field, sentence, tables, verdicts, worth_blocks)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -152,3 +152,31 @@ def test_in_turns_graph_table_quotes_the_alternated_figures():
     assert any("timed as CUDA graphs in turns" in i for i in items)
     enqueued = next(i for i in items if "qdq-l3/yolov8n-l3-b4" in i)
     assert "0.93x: slower" in enqueued and "runs 0.99x the implicit engine" in enqueued  # the later figure beside it
+
+
+def test_from_which_batch_int8_pays_on_mobilenet_v2():
+    """MobileNetV2 on an H100, level 3, batch 1 and 4: as CUDA graphs implicit INT8 is slower than FP16 at batch 1
+    (0.1759 against 0.1587 ms) and pays at batch 4 (0.1942 against 0.2148); calib's Q/DQ engine pays at both (0.1532,
+    0.1922). Enqueued one by one, calib's Q/DQ engine pays at neither (0.2997 against 0.2233, 0.3593 against 0.2771)."""
+    found = tables(MOBILENET_V2[0])
+    lines = from_batch(found)
+    assert lines == [
+        "NVIDIA H100, TensorRT 8.6.0, builder level 3: implicit INT8 pays against FP16 from batch 4 on "
+        "(batches timed: 1, 4)",
+        "NVIDIA H100, TensorRT 8.6.0, builder level 3: calib's Q/DQ model pays against FP16 at none of the batches "
+        "timed (1, 4)",
+        "NVIDIA H100, TensorRT 8.6.0, builder level 3, timed as CUDA graphs: implicit INT8 pays against FP16 from "
+        "batch 4 on (batches timed: 1, 4)",
+        "NVIDIA H100, TensorRT 8.6.0, builder level 3, timed as CUDA graphs: calib's Q/DQ model pays against FP16 "
+        "from batch 1 on (batches timed: 1, 4)"]
+    assert worth_blocks({"model_sha256": MOBILENET_V2[0]})[-2:] == [("p", "By batch size:"), ("list", lines)]
+    # one batch per card and level (YOLOv8n, YOLOv3-tiny): nothing to say by batch
+    assert from_batch(tables(YOLOV8N_320[0])) == [] and from_batch(tables(YOLOV3_TINY[0])) == []
+
+
+def test_from_batch_says_a_batch_that_pays_only_in_the_middle():
+    ts = [{"model": "m", "sha256": ("f" * 64,), "card": "NVIDIA H100", "tensorrt": "8.6.0", "level": 3, "batch": b,
+           "date": "2026-12-06", "raw": "r", "ms": {"fp16": 1.0, "implicit": ms}}
+          for b, ms in ((1, 1.2), (4, 0.8), (32, 1.0))]
+    assert from_batch(ts) == ["NVIDIA H100, TensorRT 8.6.0, builder level 3: implicit INT8 pays against FP16 at "
+                              "batch 4 only (batches timed: 1, 4, 32)"]

@@ -29,6 +29,9 @@ MOBILENET_V2 = ("bc184dda468378e679fbcfb3852a2d104a59f3069296c961abed85d697080aa
 RESIDUAL_FLOAT = {"qdq": "calib's Q/DQ model, residual branch float"}
 RESIDUAL_NAMES = {"qdq": "calib-qdq", "qdq-residual-conv": "calib-qdq-resconv", "qdq-residual-act": "calib-qdq-resact"}
 
+MBV2_ENQUEUED = ("enqueued, calib's Q/DQ engine spends more host time per run than the implicit one with as many "
+                 "layers; as CUDA graphs it is the faster of the two")
+
 TABLES = [
     {"model": "YOLOv3-tiny", "sha256": YOLOV3_TINY, "card": "NVIDIA H200", "tensorrt": "8.6.0", "level": 3,
      "batch": 4, "date": "2026-12-06", "raw": "benchmarks/trt86-h200/qdq-l3-stem/table.json",
@@ -72,7 +75,14 @@ TABLES = [
      "batch": 32, "date": "2026-12-04", "raw": "benchmarks/trt86-h200/qdq/table.json",
      "ms": {"fp16": 0.6550, "implicit": 0.4723, "qdq": 0.4764, "modelopt": 0.4788},
      "names": {"qdq": "calib-qdq", "modelopt": "modelopt-qdq"}},
-]
+] + [  # MobileNetV2 at batch 1 and 4: each engine timed after its build, enqueued one by one and as CUDA graphs
+    {"model": "MobileNetV2", "sha256": MOBILENET_V2, "card": "NVIDIA H100", "tensorrt": "8.6.0", "level": 3,
+     "batch": b, "date": "2026-12-06", "raw": f"benchmarks/trt86-h100/qdq-l3-mbv2/mbv2-l3-b{b}/table.json",
+     "ms": ms, "names": {"qdq": "calib-qdq"}, **({"timing": "CUDA graph"} if graph else {"note": MBV2_ENQUEUED})}
+    for b, graph, ms in ((1, True, {"fp16": 0.1587, "implicit": 0.1759, "qdq": 0.1532}),
+                         (4, True, {"fp16": 0.2148, "implicit": 0.1942, "qdq": 0.1922}),
+                         (1, False, {"fp16": 0.2233, "implicit": 0.2406, "qdq": 0.2997}),
+                         (4, False, {"fp16": 0.2771, "implicit": 0.2595, "qdq": 0.3593}))]
 LABELS = {"fp16": "FP16", "implicit": "implicit INT8", "qdq": "calib's Q/DQ model",
           "qdq-stem-float": "calib's Q/DQ model, stem output float", "modelopt": "ModelOpt's Q/DQ model",
           "qdq-residual-conv": "calib's Q/DQ model, residual branch at the Conv (the default)",
@@ -143,6 +153,35 @@ def sentence(t: dict, v: dict) -> str:
             f"{said[v['verdict']]}")
 
 
+def from_batch(found: list[dict], tolerance: float = TOLERANCE) -> list[str]:
+    """Where one card, TensorRT version, builder level and timing has FP16 and an INT8 engine at two or more batch
+    sizes: from which batch that INT8 engine pays against FP16 (the latest table per batch)."""
+    groups: dict[tuple, dict[int, dict]] = {}
+    for t in sorted(found, key=lambda t: t["date"]):
+        if "fp16" in t["ms"]:
+            groups.setdefault((t["card"], t["tensorrt"], t["level"], t.get("timing", "")), {})[t["batch"]] = t
+    lines = []
+    for key, by_batch in sorted(groups.items()):
+        if len(by_batch) < 2:
+            continue
+        ts = [by_batch[b] for b in sorted(by_batch)]
+        head = where(ts[0]).replace(f", batch {ts[0]['batch']}", "")
+        for name in dict.fromkeys(k for t in ts for k in t["ms"] if k != "fp16"):
+            got = [(t["batch"], verdict(t["ms"]["fp16"] / t["ms"][name], tolerance)) for t in ts if name in t["ms"]]
+            if len(got) < 2:
+                continue
+            label, batches = ts[0].get("labels", {}).get(name, LABELS[name]), ", ".join(str(b) for b, _ in got)
+            pays = [b for b, v in got if v == "pays"]
+            if not pays:
+                said = f"pays against FP16 at none of the batches timed ({batches})"
+            elif all(v == "pays" for b, v in got if b >= pays[0]):
+                said = f"pays against FP16 from batch {pays[0]} on (batches timed: {batches})"
+            else:
+                said = f"pays against FP16 at batch {', '.join(map(str, pays))} only (batches timed: {batches})"
+            lines.append(f"{head}: {label} {said}")
+    return lines
+
+
 def worth_blocks(report: dict) -> list[tuple]:
     """The report's section for a model with measured tables: per table, each INT8 engine against FP16, said plainly,
     and where INT8 pays at no batch timed."""
@@ -162,4 +201,5 @@ def worth_blocks(report: dict) -> list[tuple]:
     text = (f"This model's engines were timed on real GPUs (medians; INT8 against FP16, within {TOLERANCE:.0%} "
             "is no difference). Your card, TensorRT version and batch decide: time your own engines with "
             "`calib bench INT8.engine --against FP16.engine`." + tail)
-    return [("h2", "Is INT8 worth it: engines timed on GPUs"), ("p", text), ("list", items)]
+    blocks = [("h2", "Is INT8 worth it: engines timed on GPUs"), ("p", text), ("list", items)]
+    return blocks + ([("p", "By batch size:"), ("list", by_batch)] if (by_batch := from_batch(found)) else [])
