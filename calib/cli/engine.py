@@ -97,12 +97,15 @@ def _engine_outputs_not_inputs(model, out, cache, calibrator, data, layer_precis
 @click.option("--strongly-typed/--weakly-typed", "strongly_typed", default=None,
               help="Network typing (default: weakly typed on TensorRT 10.x so that fp16 is honoured; TensorRT 11 "
                    "types every network strongly; a strongly typed FP32 model with fp16 is refused).")
+@click.option("--tf32", is_flag=True,
+              help="Keep TensorRT's TF32 default (FP32 convolutions and matrix products in TF32, as trtexec without "
+                   "--noTF32); calib builds FP32 as FP32 otherwise.")
 @_cache_checks
 @_handled
 @with_data
 def build(model, out, cache, calibrator, data_args, precision, layer_precision, layer_precisions_file,
           constraints, batch_size, shapes, min_shapes, opt_shapes, max_shapes, workspace_mb, opt_level, timing_cache,
-          tactic_sources, ignore_hash, allow_unknown, strongly_typed, ignore_sidecar, allow_partial):
+          tactic_sources, ignore_hash, allow_unknown, strongly_typed, tf32, ignore_sidecar, allow_partial):
     """Build a TensorRT engine from MODEL (FP32/FP16, INT8 from a cache, TensorRT's calibrator or Q/DQ)."""
     given_path(out)
     _engine_outputs_not_inputs(model, out, cache, calibrator, data_args.data, layer_precisions_file, timing_cache)
@@ -133,7 +136,7 @@ def build(model, out, cache, calibrator, data_args, precision, layer_precision, 
                      timing_cache=timing_cache, batch_size=batch_size, shapes=_shapes(shapes),
                      profiles=from_options(min_shapes, opt_shapes, max_shapes),
                      tactic_sources=tuple(t.strip() for t in tactic_sources.split(",")) if tactic_sources else None,
-                     strongly_typed=strongly_typed)
+                     strongly_typed=strongly_typed, tf32=tf32)
     cal_batch = calibration_batch(spec.profiles, batch_size)
     with materialized(data_args, model, cal_batch if calibrator else 0) as (data, preprocess):
         info = build_engine_file(model, out, spec, cache, calibrator, data, preprocess, ignore_hash, allow_unknown)

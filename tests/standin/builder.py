@@ -147,6 +147,12 @@ class _Config:
     def set_flag(self, flag):
         self.flags.add(flag)
 
+    def clear_flag(self, flag):
+        self.flags.discard(flag)
+
+    def get_flag(self, flag):
+        return flag in self.flags
+
     def add_optimization_profile(self, profile):
         self.profiles.append(profile)
 
@@ -187,7 +193,10 @@ class _Builder:
         return _Network(self._t, flags)
 
     def create_builder_config(self):
-        return (_WeakConfig if self._major < 11 else _Config)(self._logger)
+        cfg = (_WeakConfig if self._major < 11 else _Config)(self._logger)
+        if hasattr(self._t.BuilderFlag, "TF32"):  # TensorRT's default: FP32 convolutions and matrix products in TF32
+            cfg.flags.add(self._t.BuilderFlag.TF32)
+        return cfg
 
     def create_optimization_profile(self):
         return _Profile()
@@ -304,6 +313,7 @@ class _Builder:
                 "profiles": [{k: [list(s) for s in v] for k, v in p.items()} for p in profiles],
                 "layers": layers, "scales": scales, "flags": sorted(int(f) for f in cfg.flags),
                 "simulate_int8": bool(self._t.simulate_int8 and scales),
+                "tf32": getattr(self._t.BuilderFlag, "TF32", None) in cfg.flags,
                 "int8_layers": [la["Name"] for la in layers if "Int8" in la["Inputs"][0]["Format/Datatype"]],
                 "int8_into_float": into_float}
         self._t.builds.append({"config": cfg, "network": net})

@@ -73,12 +73,22 @@ def _model_runner(plan):
     else:
         runner = OrtRunner(_simulated(plan) if plan.get("simulate_int8") else plan["model"],
                            expose=[o for o in plan["outputs"]])
+    if plan.get("tf32"):  # TF32's 10-bit mantissa, modelled on the float inputs (rounded to nearest)
+        run_fp32 = runner.run
+        runner.run = lambda feed, outputs=None: run_fp32({k: _tf32(v) for k, v in feed.items()}, outputs)
     wide = set(plan.get("int64_inputs") or ())
     if wide:  # the engine's int32 inputs go back to the model's int64 for ONNX Runtime
         run = runner.run
         runner.run = lambda feed, outputs=None: run(
             {k: v.astype(np.int64) if k in wide else v for k, v in feed.items()}, outputs)
     return runner
+
+
+def _tf32(x):
+    if not (isinstance(x, np.ndarray) and x.dtype == np.float32):
+        return x
+    bits = np.ascontiguousarray(x).view(np.uint32)
+    return ((bits + np.uint32(0x1000)) & np.uint32(0xFFFFE000)).view(np.float32)
 
 
 class _Engine:

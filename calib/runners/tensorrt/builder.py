@@ -42,6 +42,8 @@ class BuildSpec:
     mark_outputs: tuple[str, ...] = ()  # extra outputs: tensor names, or "*" for every float tensor
     tactic_sources: tuple[str, ...] | None = None  # TacticSource names; None: TensorRT's default or $CALIB_TRT_TACTIC_SOURCES
     strongly_typed: bool | None = None  # None: strongly typed on TensorRT 11 (always), weakly on 10.x (FP16 flag kept)
+    tf32: bool = False  # TensorRT sets its TF32 flag by default (FP32 convolutions and matrix products in TF32);
+    # calib clears it, so that FP32 is FP32 (as Polygraphy does); True keeps TensorRT's default
 
     def __post_init__(self):
         object.__setattr__(self, "profiles", shape_profiles.normalize(self.profiles))
@@ -313,6 +315,8 @@ def _config(trt, builder, spec: BuildSpec, inputs: dict, profs: tuple, calibrato
                 raise CalibError(f"TensorRT {trt.__version__} has no tactic source '{t}' (it has: {have})")
             mask |= 1 << int(getattr(trt.TacticSource, t.upper()))
         cfg.set_tactic_sources(mask)
+    if not spec.tf32 and hasattr(trt.BuilderFlag, "TF32"):
+        cfg.clear_flag(trt.BuilderFlag.TF32)
     cfg.profiling_verbosity = trt.ProfilingVerbosity.DETAILED
     _add_profiles(trt, builder, cfg, inputs, profs, calibrator)
     if not strongly_typed:
@@ -408,7 +412,7 @@ def build(model_path, spec: BuildSpec = BuildSpec(), calibrator=None, trt=None, 
             "model_sha256": sha256_file(model_path), "precisions": list(precisions), "explicit_qdq": explicit,
             "strongly_typed": strongly_typed,
             "layer_precisions": [f"{p}={q}" for p, q in rules], "layers_set": applied,
-            "constraints": spec.constraints, "optimization_level": spec.optimization_level,
+            "constraints": spec.constraints, "optimization_level": spec.optimization_level, "tf32": spec.tf32,
             "input_shapes": {n: list(s) for n, s in _input_shapes(inputs, profs).items()},
             "profiles": shape_profiles.to_json(profs), "marked_outputs": marked,
             "build_seconds": round(secs, 2), "calibrator": _calibrator_info(calibrator),
