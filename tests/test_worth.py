@@ -58,6 +58,9 @@ def test_bench_against_another_engine(tmp_path):
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
     assert doc["rows"][0]["cuda_graph"] and doc["against"]["rows"][0]["cuda_graph"]
+    for row, name in ((doc["rows"][0], "int8"), (doc["against"]["rows"][0], "fp16")):  # what one run launches
+        layers = json.loads((tmp_path / f"{name}.engine.json").read_text())["layers"]
+        assert row["graph_nodes"] == {"kernel": len(layers)}, row
     assert doc["against"]["said"][0].startswith("batch 8: int8.engine ")
     r = calib_cli("bench", tmp_path / "int8.engine", "--against", tmp_path / "fp16.engine", "--iters", "2",
                   "--repeats", "3")

@@ -213,7 +213,7 @@ def alternate_engines(engines: list, shapes: dict, warmup: int = 50, iters: int 
             for k, t in enumerate(timers):
                 groups[k].append(t.group(iters))
         return [{"engine": str(e), "profile": 0, "point": "given", "shapes": {n: list(s) for n, s in point.items()},
-                 **summary(g, t.samples, repeats * iters, cuda_graph), "alternated": True}
+                 **summary(g, t.samples, repeats * iters, cuda_graph, t.nodes), "alternated": True}
                 for e, t, g in zip(engines, timers, groups)]
     finally:
         for t in timers:

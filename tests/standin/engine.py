@@ -230,7 +230,9 @@ class _Context:
         captured = self._e._t.memory.capturing
         if captured is not None:  # a CUDA graph's capture: recorded, run at each launch of the graph
             addr = dict(self._addr)
-            captured.append(lambda: self._run_at(addr))
+            run = lambda: self._run_at(addr)  # noqa: E731
+            run.kernels = len(self._e._plan.get("layers") or ()) or 1  # what cudaGraphGetNodes counts
+            captured.append(run)
             return True
         return self._run_now()
 

@@ -28,6 +28,7 @@ class Cuda:
 
     def __init__(self, device: int = 0):
         self.rt = _cudart()
+        self.graph_nodes: dict | None = None  # the node counts of the last graph captured
         try:
             res = self.rt.cudaSetDevice(device)
         except RuntimeError as exc:  # no driver: cuda-python cannot load libcuda
@@ -106,10 +107,28 @@ class Cuda:
             work()
         finally:
             graph = self._check(self.rt.cudaStreamEndCapture(stream), "cudaStreamEndCapture")
+        self.graph_nodes = self.node_counts(graph)
         try:
             return self._check(self.rt.cudaGraphInstantiate(graph, 0), "cudaGraphInstantiate")
         finally:
             self._check(self.rt.cudaGraphDestroy(graph), "cudaGraphDestroy")
+
+    def node_counts(self, graph) -> dict | None:
+        """What one run launches, from its captured graph: {"kernel": n, "memset": m, ...}, each node type counted
+        (a run enqueued without a graph pays the host's launch cost of each); None where cuda-python cannot say."""
+        try:
+            _, _, n = self.rt.cudaGraphGetNodes(graph)
+            err, nodes, _ = self.rt.cudaGraphGetNodes(graph, n)
+            if int(err) != 0:
+                return None
+            counts: dict[str, int] = {}
+            for node in nodes:
+                err, kind = self.rt.cudaGraphNodeGetType(node)
+                name = getattr(kind, "name", str(kind)).removeprefix("cudaGraphNodeType").lower()
+                counts[name] = counts.get(name, 0) + 1
+            return dict(sorted(counts.items()))
+        except Exception:  # noqa: BLE001 - an older cuda-python: the timing does not need the counts
+            return None
 
     def launch(self, graph, stream) -> None:
         self._check(self.rt.cudaGraphLaunch(graph, stream), "cudaGraphLaunch")

@@ -174,7 +174,7 @@ class TrtRunner:
                 per_run = [timer.group(iters) for _ in range(repeats)]
             finally:
                 timer.close()
-            return summary(per_run, timer.samples, repeats * iters, cuda_graph)
+            return summary(per_run, timer.samples, repeats * iters, cuda_graph, timer.nodes)
 
     def timer(self, batch: Mapping[str, np.ndarray], warmup: int = 50, cuda_graph: bool = False) -> "Timer":
         """`batch` fed once and warmed up: Timer.group(iters) times one group of runs (engines timed alternately
@@ -185,7 +185,7 @@ class TrtRunner:
             self.execute(self.stream)  # TensorRT's deferred set-up happens outside the capture
             self.cuda.sync(self.stream)
             graph = self.cuda.capture(self.stream, lambda: self.execute(self.stream))
-        timer = Timer(self, n, graph)
+        timer = Timer(self, n, graph, getattr(self.cuda, "graph_nodes", None) if graph is not None else None)
         for _ in range(warmup):
             timer.run()
         self.cuda.sync(self.stream)
@@ -203,8 +203,8 @@ class TrtRunner:
 class Timer:
     """One engine's timed groups on its runner's stream (calib.runners.tensorrt.runner.TrtRunner.timer)."""
 
-    def __init__(self, runner: TrtRunner, samples: int, graph=None):
-        self.runner, self.samples, self.graph = runner, samples, graph
+    def __init__(self, runner: TrtRunner, samples: int, graph=None, nodes: dict | None = None):
+        self.runner, self.samples, self.graph, self.nodes = runner, samples, graph, nodes
         self.start, self.end = runner.cuda.event(), runner.cuda.event()
 
     def run(self) -> None:
@@ -229,12 +229,15 @@ class Timer:
             self.graph = None
 
 
-def summary(per_run: list[float], samples: int, runs: int, cuda_graph: bool = False) -> dict:
-    """The latency row of timed groups: median, min and max ms per run, samples per second at the median."""
+def summary(per_run: list[float], samples: int, runs: int, cuda_graph: bool = False,
+            graph_nodes: dict | None = None) -> dict:
+    """The latency row of timed groups: median, min and max ms per run, samples per second at the median; with a
+    CUDA graph, what one run launches (graph_nodes: {"kernel": n, ...}) where cuda-python could count it."""
     med = statistics.median(per_run)
-    return {"batch": samples, "median_ms": round(med, 4), "min_ms": round(min(per_run), 4),
-            "max_ms": round(max(per_run), 4), "throughput_per_s": round(samples * 1000.0 / med, 1),
-            "runs": runs, "cuda_graph": bool(cuda_graph)}
+    row = {"batch": samples, "median_ms": round(med, 4), "min_ms": round(min(per_run), 4),
+           "max_ms": round(max(per_run), 4), "throughput_per_s": round(samples * 1000.0 / med, 1),
+           "runs": runs, "cuda_graph": bool(cuda_graph)}
+    return row | ({"graph_nodes": graph_nodes} if graph_nodes else {})
 
 
 def graph_latency(runner: TrtRunner, batch: Mapping[str, np.ndarray], label: str) -> dict | None:

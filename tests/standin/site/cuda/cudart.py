@@ -88,6 +88,22 @@ def cudaStreamEndCapture(stream):
     return _OK, SHARED.end_capture()
 
 
+class cudaGraphNodeType(enum.IntEnum):
+    cudaGraphNodeTypeKernel = 0
+    cudaGraphNodeTypeMemcpy = 1
+    cudaGraphNodeTypeMemset = 2
+
+
+def cudaGraphGetNodes(graph, numNodes=0):
+    """A kernel node per engine layer of each run captured (an engine launches about one kernel a layer)."""
+    nodes = [cudaGraphNodeType.cudaGraphNodeTypeKernel for run in graph for _ in range(getattr(run, "kernels", 1))]
+    return _OK, nodes[:numNodes], len(nodes)
+
+
+def cudaGraphNodeGetType(node):
+    return _OK, node
+
+
 def cudaGraphInstantiate(graph, flags):
     return _OK, graph
 
