@@ -50,13 +50,14 @@ def main() -> None:
     base = names[0]
     lines = [f"{out['model']} batch {b}, level {out['opt_level']}, {out['gpu']}, TensorRT {out['tensorrt']}: "
              f"{args.repeats} groups of {args.iters} runs per engine, in turns", "",
-             f"| engine | median ms | min-max | x {base} | CUDA graph median ms | min-max | x {base} (graph) |",
-             "|---|---|---|---|---|---|---|"]
+             f"| engine | median ms | min-max | x {base} | CUDA graph median ms | min-max | x {base} (graph) | "
+             "launched per run |", "|---|---|---|---|---|---|---|---|"]
     for n in names:
         p, g = out["modes"]["plain"][n], out["modes"]["cuda_graph"][n]
         bp, bg = out["modes"]["plain"][base]["median_ms"], out["modes"]["cuda_graph"][base]["median_ms"]
+        nodes = ", ".join(f"{k} {v}" for k, v in (g.get("graph_nodes") or {}).items()) or "?"
         lines.append(f"| {n} | {p['median_ms']:.4f} | {p['min_ms']:.4f}-{p['max_ms']:.4f} | {bp / p['median_ms']:.2f} | "
-                     f"{g['median_ms']:.4f} | {g['min_ms']:.4f}-{g['max_ms']:.4f} | {bg / g['median_ms']:.2f} |")
+                     f"{g['median_ms']:.4f} | {g['min_ms']:.4f}-{g['max_ms']:.4f} | {bg / g['median_ms']:.2f} | {nodes} |")
     (d / f"{args.name}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 

@@ -31,7 +31,8 @@
 #               brought back, all in turns
 #   l3-yolov8n-residual  calib-qdq-resconv and -resact (--residual-branch conv / act) beside the carried implicit,
 #               FP16 and calib-qdq engines, all five in turns
-#   l3-mbv2     MobileNetV2 at level 3, batch 1 and 4 (L3_BATCHES): implicit, calib-qdq, fp16, modelopt-qdq
+#   l3-mbv2     MobileNetV2 at level 3, batch 1 and 4 (L3_BATCHES): implicit, calib-qdq, fp16, modelopt-qdq, then
+#               the built ones in turns (alternate.py: plain, CUDA graphs and the kernels one run launches)
 #   gpu-tests   pytest -m gpu, a file of tests/gpu at a time (GPU_TESTS), each capped at TEST_FILE_S, all at TESTS_S;
 #               the golden photos from calib-home/photos_224.npy; the tests' figures (CALIB_GPU_OUT) in gpu-out/
 set -uo pipefail; shopt -s nullglob
@@ -123,6 +124,9 @@ case $1 in
             QDQ_DEADLINE=${MBV2_DEADLINE:-900} qdq mbv2 3 "$b" implicit,calib-qdq,fp16,modelopt-qdq \
               /tmp/qdq22/mbv2-l3-b$b 960 > "$R/l3-mbv2-b$b.log" 2>&1
             echo "exit $?" >> "$R/l3-mbv2-b$b.log"
+            # in turns, plain and as CUDA graphs, with the kernels each run launches (the Q/DQ engine's enqueued cost)
+            timeout 240 python3.10 benchmarks/alternate.py /tmp/qdq22/mbv2-l3-b$b \
+              --engines implicit,calib-qdq,fp16,modelopt-qdq --repeats 40 > "$R/alt-mbv2-b$b.log" 2>&1
           done
           ;;
         l3-yolov8n-alt)  # issue 40: level 3, batch 4: implicit and calib's default Q/DQ, timed in turns (plain and as
