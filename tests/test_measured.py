@@ -161,10 +161,10 @@ def test_from_which_batch_int8_pays_on_mobilenet_v2():
     found = tables(MOBILENET_V2[0])
     lines = from_batch(found)
     assert lines == [
-        "NVIDIA H100, TensorRT 8.6.0, builder level 3: implicit INT8 pays against FP16 from batch 4 on "
-        "(batches timed: 1, 4)",
-        "NVIDIA H100, TensorRT 8.6.0, builder level 3: calib's Q/DQ model pays against FP16 at none of the batches "
-        "timed (1, 4)",
+        "NVIDIA H100, TensorRT 8.6.0, builder level 3, enqueued one by one: implicit INT8 pays against FP16 from "
+        "batch 4 on (batches timed: 1, 4)",
+        "NVIDIA H100, TensorRT 8.6.0, builder level 3, enqueued one by one: calib's Q/DQ model pays against FP16 at "
+        "none of the batches timed (1, 4)",
         "NVIDIA H100, TensorRT 8.6.0, builder level 3, timed as CUDA graphs: implicit INT8 pays against FP16 from "
         "batch 4 on (batches timed: 1, 4)",
         "NVIDIA H100, TensorRT 8.6.0, builder level 3, timed as CUDA graphs: calib's Q/DQ model pays against FP16 "
@@ -178,5 +178,5 @@ def test_from_batch_says_a_batch_that_pays_only_in_the_middle():
     ts = [{"model": "m", "sha256": ("f" * 64,), "card": "NVIDIA H100", "tensorrt": "8.6.0", "level": 3, "batch": b,
            "date": "2026-12-06", "raw": "r", "ms": {"fp16": 1.0, "implicit": ms}}
           for b, ms in ((1, 1.2), (4, 0.8), (32, 1.0))]
-    assert from_batch(ts) == ["NVIDIA H100, TensorRT 8.6.0, builder level 3: implicit INT8 pays against FP16 at "
-                              "batch 4 only (batches timed: 1, 4, 32)"]
+    assert from_batch(ts) == ["NVIDIA H100, TensorRT 8.6.0, builder level 3, enqueued one by one: implicit INT8 pays "
+                              "against FP16 at batch 4 only (batches timed: 1, 4, 32)"]

@@ -165,7 +165,7 @@ def from_batch(found: list[dict], tolerance: float = TOLERANCE) -> list[str]:
         if len(by_batch) < 2:
             continue
         ts = [by_batch[b] for b in sorted(by_batch)]
-        head = where(ts[0]).replace(f", batch {ts[0]['batch']}", "")
+        head = where(ts[0]).replace(f", batch {ts[0]['batch']}", "") + ("" if key[3] else ", enqueued one by one")
         for name in dict.fromkeys(k for t in ts for k in t["ms"] if k != "fp16"):
             got = [(t["batch"], verdict(t["ms"]["fp16"] / t["ms"][name], tolerance)) for t in ts if name in t["ms"]]
             if len(got) < 2:
