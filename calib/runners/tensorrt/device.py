@@ -124,6 +124,8 @@ class Cuda:
             counts: dict[str, int] = {}
             for node in nodes:
                 err, kind = self.rt.cudaGraphNodeGetType(node)
+                if int(err) != 0:
+                    return None
                 name = getattr(kind, "name", str(kind)).removeprefix("cudaGraphNodeType").lower()
                 counts[name] = counts.get(name, 0) + 1
             return dict(sorted(counts.items()))
