@@ -24,7 +24,7 @@
 #   fp16-yolov3-tiny, fp16-mbv2    issue 31: the FP16+INT8 model (--float-type fp16)
 #               beside the FP32-float Q/DQ model, the implicit engine and FP16 (YOLOv3-tiny level 1 batch 4;
 #               MobileNetV2 level 3 batch 32)
-#   l3-yolov8n  YOLOv8n-320 at level 3, batch Y8_BATCH (4): implicit, calib-qdq, fp16
+#   l3-yolov8n  YOLOv8n-320 at level 3, batch Y8_BATCH (4): implicit, calib-qdq, fp16, modelopt-qdq, then in turns
 #   l3-yolov8n-alt  YOLOv8n-320 at level 3, batch 4: implicit, calib-qdq, then fp16, each set timed in turns
 #               (benchmarks/alternate.py: plain and CUDA-graph figures); KEEP_ENGINES=1 on collect brings engines back
 #   l3-yolov8n-resume  calib-qdq and modelopt-qdq beside the implicit and FP16 engines an earlier H100 lease
@@ -54,6 +54,10 @@ case $1 in
     { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
       python3.10 -c 'import tensorrt; print("tensorrt", tensorrt.__version__)'; } > "$R/device.txt" 2>&1
     log() { echo "$(date +%T) $*" | tee -a "$P/progress.log"; }
+    turns() {  # DIR ENGINES: the table's built engines timed in turns, plain and as CUDA graphs, with the kernels
+      # one run launches (benchmarks/alternate.py; a table times each engine right after its build)
+      timeout "${TURNS_S:-300}" python3.10 benchmarks/alternate.py "$1" --engines "$2" --repeats 40
+    }
     qdq() {  # MODEL LEVEL BATCH JOBS OUTDIR [TIMEOUT]
       timeout "${6:-600}" python3.10 benchmarks/qdq_table.py --model "$1" --data /opt/extra/qdq22 --out "$5" \
         --opt-level "$2" --batch "$3" --only "$4" --deadline-s "${QDQ_DEADLINE:-520}"
@@ -107,16 +111,20 @@ case $1 in
         l3-yolov3-tiny)  # issue 40: level 3, batch 4 then 1: the default placement (stem output quantized) beside
           # --keep-stem-output-float, the implicit engine and FP16
           for b in ${L3_BATCHES:-4 1}; do
-            QDQ_DEADLINE=${Y3_DEADLINE:-1500} qdq yolov3-tiny 3 "$b" implicit,calib-qdq,calib-qdq-float-stem,fp16 \
-              /tmp/qdq22/yolov3-tiny-l3-b$b 1600 > "$R/l3-yolov3-tiny-b$b.log" 2>&1
+            QDQ_DEADLINE=${Y3_DEADLINE:-1500} qdq yolov3-tiny 3 "$b" \
+              implicit,calib-qdq,calib-qdq-float-stem,fp16,modelopt-qdq /tmp/qdq22/yolov3-tiny-l3-b$b 1600 \
+              > "$R/l3-yolov3-tiny-b$b.log" 2>&1
             echo "exit $?" >> "$R/l3-yolov3-tiny-b$b.log"
+            turns /tmp/qdq22/yolov3-tiny-l3-b$b implicit,calib-qdq,calib-qdq-float-stem,fp16,modelopt-qdq \
+              > "$R/alt-yolov3-tiny-b$b.log" 2>&1
           done
           ;;
         l3-yolov8n)  # issue 40: level 3 at Y8_BATCH (4): the default placement beside the implicit engine and FP16
           b=${Y8_BATCH:-4}
-          QDQ_DEADLINE=${Y8_DEADLINE:-1500} qdq yolov8n 3 "$b" implicit,calib-qdq,fp16 /tmp/qdq22/yolov8n-l3-b$b 1600 \
-            > "$R/l3-yolov8n-b$b.log" 2>&1
+          QDQ_DEADLINE=${Y8_DEADLINE:-1500} qdq yolov8n 3 "$b" implicit,calib-qdq,fp16,modelopt-qdq \
+            /tmp/qdq22/yolov8n-l3-b$b 1600 > "$R/l3-yolov8n-b$b.log" 2>&1
           echo "exit $?" >> "$R/l3-yolov8n-b$b.log"
+          turns /tmp/qdq22/yolov8n-l3-b$b implicit,calib-qdq,fp16,modelopt-qdq > "$R/alt-yolov8n-b$b.log" 2>&1
           ;;
         l3-mbv2)  # issue 40: MobileNetV2 at level 3, batch 1 then 4 (L3_BATCHES): implicit, calib's Q/DQ, FP16,
           # ModelOpt's Q/DQ (the staged qdq22 must hold mbv2: qdq_prepare.py --models mbv2)
@@ -124,9 +132,7 @@ case $1 in
             QDQ_DEADLINE=${MBV2_DEADLINE:-900} qdq mbv2 3 "$b" implicit,calib-qdq,fp16,modelopt-qdq \
               /tmp/qdq22/mbv2-l3-b$b 960 > "$R/l3-mbv2-b$b.log" 2>&1
             echo "exit $?" >> "$R/l3-mbv2-b$b.log"
-            # in turns, plain and as CUDA graphs, with the kernels each run launches (the Q/DQ engine's enqueued cost)
-            timeout 240 python3.10 benchmarks/alternate.py /tmp/qdq22/mbv2-l3-b$b \
-              --engines implicit,calib-qdq,fp16,modelopt-qdq --repeats 40 > "$R/alt-mbv2-b$b.log" 2>&1
+            turns /tmp/qdq22/mbv2-l3-b$b implicit,calib-qdq,fp16,modelopt-qdq > "$R/alt-mbv2-b$b.log" 2>&1
           done
           ;;
         l3-yolov8n-alt)  # issue 40: level 3, batch 4: implicit and calib's default Q/DQ, timed in turns (plain and as
