@@ -286,7 +286,8 @@ def publish(out: str | Path, work: Callable[[Path], object], command: str = "", 
     with terminate_as_interrupt(), on_forced_exit(undo):
         stage, held, state = None, None, {}
         try:
-            held = undo.held = lock(home, out)
+            with deferred():  # a signal waits until the lock file is held, else the file is left behind
+                held = undo.held = lock(home, out)
             recover(home, out, inputs_in(out, ids))
             prefix = f".{_STAGE}-" if home == out else f".{out.name}.{_STAGE}-"
             stage = home / f"{prefix}{os.getpid()}-{secrets.token_hex(4)}"

@@ -140,6 +140,38 @@ def _watching(pid: int) -> bool:
     return bool(int(caught, 16) & (1 << (signal.SIGTERM - 1)))
 
 
+SIGNAL_AT_LOCK = """
+import os, signal, sys
+import calib.io.publish as pub
+real, sig = pub.lock, getattr(signal, sys.argv[1])
+def lock_then_signal(home, out):
+    path = real(home, out)
+    os.kill(os.getpid(), sig)  # the lock file exists and the caller does not hold it yet
+    return path
+pub.lock = lock_then_signal
+from calib.__main__ import entry
+sys.argv = ["calib", *sys.argv[2:]]
+entry()
+"""
+
+
+@pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_signal_the_moment_the_lock_is_taken_leaves_no_lock(work, sig, code):
+    """The window a random signal once hit (seed 204461052, run 9): between creating the lock file and holding it.
+    The run stops with the signal's code and one line, and removes its lock."""
+    out = work / "out"
+    assert calibrate(work, 0, out).exit_code == 0
+    before = snapshot(out)
+    (work / "at_lock.py").write_text(SIGNAL_AT_LOCK)
+    p = child([sys.executable, str(work / "at_lock.py"), signal.Signals(sig).name, *cli(work, out)[3:]])
+    try:
+        _, err = p.communicate(timeout=GRACE_S + 30)
+    finally:
+        p.kill()
+    assert p.returncode == code and "Traceback" not in err and len(err.strip().splitlines()) == 1, (p.returncode, err)
+    assert leftovers(work) == [] and snapshot(out) == before, err
+
+
 RUNS = int(os.environ.get("CALIB_SIGNAL_RUNS", "12"))  # the stress loop: CALIB_SIGNAL_RUNS=200
 
 
