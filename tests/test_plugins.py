@@ -61,7 +61,25 @@ def test_max_output_boxes_keeps_the_highest_of_all_classes_and_center_size_codin
     assert out["num_detections"].tolist() == [[3]]
     np.testing.assert_allclose(out["detection_scores"][0], [0.95, 0.7, 0.5])
     assert out["detection_classes"][0].tolist() == [1, 1, 0]
-    np.testing.assert_allclose(out["detection_boxes"][0, 0], [25, 5, 10, 10])  # as coded on input
+    np.testing.assert_allclose(out["detection_boxes"][0, 0], [20, 0, 30, 10])  # corners, whatever the input coding
+
+
+def test_the_thresholds_and_the_candidate_cap_are_tensorrts():
+    """As EfficientNMS_TRT's CUDA code: a score equal to the threshold is kept (>=), an IoU equal to the threshold
+    suppresses (>=), and only the 4096 highest scores (numSelectedBoxes) reach the NMS; corner boxes come out as
+    given, unsorted corners included."""
+    out = _nms([[0, 0, 10, 10], [0, 0, 10, 20]], [[0.25], [0.9]], score_threshold=0.25, iou_threshold=0.5)
+    assert out["num_detections"].tolist() == [[1]]  # IoU 100 / 200 = 0.5 exactly: suppressed
+    np.testing.assert_allclose(out["detection_scores"][0, 0], 0.9)
+    out = _nms([[0, 0, 10, 10], [0, 0, 10, 20]], [[0.25], [0.9]], score_threshold=0.25, iou_threshold=0.51)
+    assert out["num_detections"].tolist() == [[2]]  # 0.25 exactly: kept
+    np.testing.assert_allclose(out["detection_scores"][0, :2], [0.9, 0.25])
+    out = _nms([[10, 10, 0, 0]], [[0.5]])
+    np.testing.assert_allclose(out["detection_boxes"][0, 0], [10, 10, 0, 0])
+    scores = np.linspace(0.3, 0.9, 4097, dtype=np.float32)[None, None, :]  # one box, 4097 classes
+    out = efficient_nms(np.zeros((1, 1, 4), np.float32), scores, max_output_boxes=5000)
+    assert out["num_detections"].tolist() == [[4096]]
+    assert out["detection_classes"][0, :4096].min() == 1  # the lowest score (class 0) did not reach the NMS
 
 
 def test_batch_rows_are_independent_and_score_activation_applies_a_sigmoid():

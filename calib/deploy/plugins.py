@@ -83,15 +83,18 @@ def _corners(boxes: np.ndarray, box_coding: int) -> np.ndarray:
     return np.concatenate([c - wh / 2, c + wh / 2], -1)
 
 
+NMS_SELECTED = 4096  # EfficientNMS_TRT's numSelectedBoxes: the candidates its NMS considers, highest scores first
+
+
 def efficient_nms(boxes: np.ndarray, scores: np.ndarray, score_threshold: float = 0.25, iou_threshold: float = 0.45,
                   max_output_boxes: int = 100, background_class: int = -1, box_coding: int = 0,
                   score_activation: int = 0, class_agnostic: int = 0) -> dict[str, np.ndarray]:
-    """TensorRT's EfficientNMS_TRT in numpy: boxes [N, A, 4] (or [N, A, C, 4], one box per class), scores
-    [N, A, C]; per class (or across classes with `class_agnostic`), boxes scoring above `score_threshold` are kept
-    greedily from the highest score, dropping those whose IoU with a kept box of the same class exceeds
-    `iou_threshold`; the `max_output_boxes` highest of all classes are returned in TensorRT's layout:
-    num_detections [N, 1] int32, detection_boxes [N, M, 4] float32 (as coded on input), detection_scores [N, M],
-    detection_classes [N, M] int32, zero past num_detections."""
+    """TensorRT's EfficientNMS_TRT in numpy, as its CUDA code does it: boxes [N, A, 4] (or [N, A, C, 4], one box per
+    class), scores [N, A, C]; the (anchor, class) pairs scoring at least `score_threshold` (background excluded),
+    the 4096 highest (numSelectedBoxes) in descending order, each kept unless a kept box of its class (of any class
+    with `class_agnostic`) overlaps it with IoU at least `iou_threshold`, until `max_output_boxes` are kept. TensorRT's
+    layout: num_detections [N, 1] int32, detection_boxes [N, M, 4] float32 as corners (x1, y1, x2, y2) whatever the
+    input coding, detection_scores [N, M], detection_classes [N, M] int32, zero past num_detections."""
     boxes = np.asarray(boxes, np.float32)
     scores = np.asarray(scores, np.float32)
     if score_activation:
@@ -103,30 +106,28 @@ def efficient_nms(boxes: np.ndarray, scores: np.ndarray, score_threshold: float 
     m = int(max_output_boxes)
     out = {"num_detections": np.zeros((n, 1), np.int32), "detection_boxes": np.zeros((n, m, 4), np.float32),
            "detection_scores": np.zeros((n, m), np.float32), "detection_classes": np.zeros((n, m), np.int32)}
+    as_input = boxes if box_coding == 0 else _corners(boxes, box_coding)  # what TensorRT writes: corners
     corners = _corners(boxes, box_coding).astype(np.float64)
     for i in range(n):
-        kept = []  # (score, anchor, class)
-        classes = [k for k in range(c) if k != background_class]
-        groups = [classes] if class_agnostic else [[k] for k in classes]
-        for group in groups:
-            cand = [(float(scores[i, j, k]), j, k) for k in group for j in np.nonzero(scores[i, :, k] >
-                                                                                       score_threshold)[0]]
-            cand.sort(key=lambda t: (-t[0], t[1], t[2]))
-            chosen: list[tuple] = []
-            for s, j, k in cand:
-                b = corners[i, j, k] if per_class else corners[i, j]
-                if chosen:
-                    prev = np.array([corners[i, jj, kk] if per_class else corners[i, jj] for _, jj, kk in chosen])
-                    if (iou_one_to_many(b, prev, floor=0.0) > iou_threshold).any():
-                        continue
-                chosen.append((s, j, k))
-            kept += chosen
-        kept.sort(key=lambda t: (-t[0], t[1], t[2]))
-        kept = kept[:m]
+        js, ks = np.nonzero(scores[i] >= score_threshold)
+        keep = ks != background_class
+        js, ks = js[keep], ks[keep]
+        order = np.lexsort((ks, js, -scores[i, js, ks]))[:NMS_SELECTED]
+        kept: list[tuple] = []  # (score, anchor, class)
+        for j, k in zip(js[order], ks[order]):
+            if len(kept) >= m:
+                break
+            b = corners[i, j, k] if per_class else corners[i, j]
+            rivals = [(jj, kk) for _, jj, kk in kept if class_agnostic or kk == k]
+            if rivals:
+                prev = np.array([corners[i, jj, kk] if per_class else corners[i, jj] for jj, kk in rivals])
+                if (iou_one_to_many(b, prev, floor=0.0) >= iou_threshold).any():
+                    continue
+            kept.append((float(scores[i, j, k]), int(j), int(k)))
         out["num_detections"][i, 0] = len(kept)
-        for r, (s, j, k) in enumerate(kept):
-            out["detection_boxes"][i, r] = boxes[i, j, k] if per_class else boxes[i, j]
-            out["detection_scores"][i, r] = s
+        for r, (sc, j, k) in enumerate(kept):
+            out["detection_boxes"][i, r] = as_input[i, j, k] if per_class else as_input[i, j]
+            out["detection_scores"][i, r] = sc
             out["detection_classes"][i, r] = k
     return out
 
