@@ -168,14 +168,14 @@ case $1 in
           ;;
         gpu-tests)  # the GPU tests of the tree (level 1), a file at a time: each capped at TEST_FILE_S, all at TESTS_S;
           # failures are printed when they happen (CALIB_GPU_INSTAFAIL) and the tests' figures go to gpu-out/
-          end=$((SECONDS + ${TESTS_S:-400}))
+          start=$SECONDS end=$((SECONDS + ${TESTS_S:-400}))
           for f in ${GPU_TESTS:-tests/gpu/test_*.py}; do
             left=$((end - SECONDS)) cap=${TEST_FILE_S:-300}
             if [ "$left" -le 10 ]; then echo "not run (TESTS_S): $f" >> "$R/pytest-gpu.log"; continue; fi
             [ "$cap" -gt "$left" ] && cap=$left
             CALIB_GPU_INSTAFAIL=1 CALIB_GPU_OUT="$R/gpu-out" timeout "$cap" python3.10 -m pytest -m gpu "$f" -v -rA \
               --durations=0 -p no:cacheprovider >> "$R/pytest-gpu.log" 2>&1
-            echo "exit $? after $((SECONDS - end + ${TESTS_S:-400})) s: $f (cap $cap s)" >> "$R/pytest-gpu.log"
+            echo "exit $? after $((SECONDS - start)) s: $f (cap $cap s)" >> "$R/pytest-gpu.log"
           done
           ;;
         minilm-run) bash benchmarks/deploy_gpu.sh "$R/deploy-run" 1 minilm > "$R/deploy-minilm-run.log" 2>&1 ;;

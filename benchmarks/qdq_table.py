@@ -277,7 +277,8 @@ def main() -> None:
                     try:
                         g = r.latency(lat_batch, warmup=50, iters=args.iters, repeats=args.repeats, cuda_graph=True)
                         row.update({f"graph_{k}": g[k] for k in ("median_ms", "min_ms", "max_ms")})
-                        row.update({k: g[k] for k in ("graph_nodes",) if k in g})  # what one run launches
+                        if "graph_nodes" in g:  # what one run launches
+                            row["graph_nodes"] = g["graph_nodes"]
                     except Exception as exc:  # a plugin that cannot be captured: the plain figure stands
                         row["graph_error"] = f"{type(exc).__name__}: {exc}"[:300]
                 if name in PROFILED:

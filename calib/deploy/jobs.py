@@ -81,7 +81,7 @@ def build_engines(recipe: Recipe, model_path: Path, info, amax: dict, calib_sour
     if recipe.input_shapes:  # the dims of the file built (info holds them fixed already)
         from calib.quantize.model import inspect_model
 
-        dims = {n: d for n, d, _ in inspect_model(model_path).inputs}
+        dims = inspect_model(model_path).input_dims
         shapes = recipe_shapes(recipe.input_shapes, dims, b.batch_size)
     base = dict(batch_size=b.batch_size, workspace_mb=b.workspace_mb, optimization_level=b.optimization_level,
                 tactic_sources=tuple(b.tactic_sources) or None, profiles=profiles, shapes=shapes,

@@ -106,8 +106,8 @@ def efficient_nms(boxes: np.ndarray, scores: np.ndarray, score_threshold: float 
     m = int(max_output_boxes)
     out = {"num_detections": np.zeros((n, 1), np.int32), "detection_boxes": np.zeros((n, m, 4), np.float32),
            "detection_scores": np.zeros((n, m), np.float32), "detection_classes": np.zeros((n, m), np.int32)}
-    as_input = boxes if box_coding == 0 else _corners(boxes, box_coding)  # what TensorRT writes: corners
     corners = _corners(boxes, box_coding).astype(np.float64)
+    written = boxes if box_coding == 0 else corners  # TensorRT writes corners, corner input as given (unsorted)
     for i in range(n):
         js, ks = np.nonzero(scores[i] >= score_threshold)
         keep = ks != background_class
@@ -126,7 +126,7 @@ def efficient_nms(boxes: np.ndarray, scores: np.ndarray, score_threshold: float 
             kept.append((float(scores[i, j, k]), int(j), int(k)))
         out["num_detections"][i, 0] = len(kept)
         for r, (sc, j, k) in enumerate(kept):
-            out["detection_boxes"][i, r] = as_input[i, j, k] if per_class else as_input[i, j]
+            out["detection_boxes"][i, r] = written[i, j, k] if per_class else written[i, j]
             out["detection_scores"][i, r] = sc
             out["detection_classes"][i, r] = k
     return out

@@ -28,6 +28,11 @@ class ModelInfo:
     layout: Layout = Layout()  # where each input's and output's samples are (calib.quantize.layout)
     overridden: tuple = ()  # (input, axis, the model's dim, the given dim): --input-shape past a fixed dimension
 
+    @property
+    def input_dims(self) -> dict:
+        """Input name -> its shape as the file has it (None for a dynamic dimension)."""
+        return {n: d for n, d, _ in self.inputs}
+
 
 def load_model(path: str | Path) -> onnx.ModelProto:
     path = Path(path)

@@ -98,7 +98,7 @@ def reshape_model(model, info, where: str = "--input-shape", folder: str | Path 
 
     if not info.overridden:
         return model, info
-    have = {n: d for n, d, _ in inspect_model(model).inputs}
+    have = inspect_model(model).input_dims
     if all(have[n][axis] == new for n, axis, _, new in info.overridden):  # at that shape already
         return model, info
 

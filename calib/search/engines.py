@@ -107,7 +107,7 @@ def engine_search(cpu: Scorer, ranking: list[dict], target: float, model_path, a
     b, s = recipe.backend, recipe.sensitivity
     layers = [r["layer"] for r in ranking]
     batch = max(len(next(iter(feed.values()))) for feed, _ in cpu.batches)
-    dims = {n: d for n, d, _ in inspect_model(model_path).inputs}  # the file's own dims (inspected already)
+    dims = inspect_model(model_path).input_dims  # the file's own dims (inspected already)
     spec = BuildSpec(precisions=tuple(dict.fromkeys([*b.precision, s.precision])), batch_size=batch,
                      shapes=recipe_shapes(recipe.input_shapes, dims, batch), workspace_mb=b.workspace_mb,
                      optimization_level=b.optimization_level,
