@@ -163,6 +163,11 @@ def test_engine_search_on_the_standin_finds_the_sensitive_layer(tmp_path):
     by_k = {r["float_layers"]: r for r in e["variants"]}
     assert by_k[0]["engine_score"] < 15 and by_k[1]["engine_score"] > 30
     assert by_k[1]["engine_layers"].get("fp16", 0) >= 1 and by_k[0]["engine_layers"].get("int8", 0) == 2
+    # which output each engine loses on (one output: the score itself), and the precision of each engine layer
+    for row in e["variants"]:
+        (only,) = row["engine_output_sqnr_db"].values()
+        assert only == pytest.approx(row["engine_score"], abs=1e-3)
+    assert by_k[1]["engine_precisions"]["convB"] == "fp16" and by_k[0]["engine_precisions"]["convB"] == "int8"
     last = trt.builds[-1]["network"]
     assert {la.name: la.precision for la in last.layers if la.precision is not None}  # rules reached the builder
     assert e["fp16_ms"] > 0 and e["speed_met"] is False  # the stand-in's engines all take the same time

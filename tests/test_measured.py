@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.parametrize("t", TABLES, ids=lambda t: f"{t['model']}-{t['card'][-4:]}-l{t['level']}-b{t['batch']}"
-                                                 f"{'-graph' if t.get('timing') else ''}{'-turns' if 'turns' in t.get('timing', '') else ''}")
+                                                 f"{'-graph' if t.get('timing', '').startswith('CUDA') else ''}{'-turns' if 'turns' in t.get('timing', '') else ''}")
 def test_every_quoted_timing_is_the_raw_tables(t):
     raw = json.loads((ROOT / t["raw"]).read_text())
     assert (raw["batch"], raw["opt_level"], raw["tensorrt"]) == (t["batch"], t["level"], t["tensorrt"])
@@ -180,3 +180,25 @@ def test_from_batch_says_a_batch_that_pays_only_in_the_middle():
           for b, ms in ((1, 1.2), (4, 0.8), (32, 1.0))]
     assert from_batch(ts) == ["NVIDIA H100, TensorRT 8.6.0, builder level 3, enqueued one by one: implicit INT8 pays "
                               "against FP16 at batch 4 only (batches timed: 1, 4, 32)"]
+
+
+def test_mobilenet_v2_at_batch_1_in_turns():
+    """MobileNetV2 on another H100 lease (2026-12-07), level 3, batch 1, the four engines timed in turns
+    (alternate.json, 40 groups of 50 runs each): as CUDA graphs FP16 0.1688, implicit 0.1685, calib's Q/DQ 0.1668,
+    ModelOpt's 0.1758 ms; enqueued 0.2268, 0.2355, 0.2315, 0.2394. calib's Q/DQ engine is at least as fast as the
+    implicit one either way (1.01x, 1.02x), and no INT8 engine pays against FP16 at batch 1."""
+    found = [t for t in tables(MOBILENET_V2[0]) if t["date"] == "2026-12-07"]
+    assert [t["timing"] for t in found] == ["CUDA graph, in turns", "in turns"]
+    graph, plain = ({v["engine"]: (v["verdict"], v["speedup"]) for v in verdicts(t)} for t in found)
+    assert graph == {"implicit": ("same", 1.002), "qdq": ("same", 1.012), "modelopt": ("slower", 0.96)}
+    assert plain == {"implicit": ("slower", 0.963), "qdq": ("same", 0.98), "modelopt": ("slower", 0.947)}
+    for t in found:
+        raw = json.loads((ROOT / t["raw"]).read_text())
+        e = raw_engines(t, raw)
+        assert all(x["alternated"] for x in e.values()) and raw["repeats"] == 40
+        assert e["implicit"]["median_ms"] / e["calib-qdq"]["median_ms"] >= 1.0  # item 1: at least implicit's speed
+    items = worth_blocks({"model_sha256": MOBILENET_V2[0]})[2][1]
+    assert any(i.startswith("NVIDIA H100, TensorRT 8.6.0, builder level 3, batch 1, enqueued in turns (2026-12-07")
+               for i in items)
+    assert any(i.startswith("NVIDIA H100, TensorRT 8.6.0, builder level 3, batch 1, timed as CUDA graphs in turns")
+               for i in items)

@@ -13,7 +13,8 @@ engine:
 
 `timing` "CUDA graph": the engines' work launched as one CUDA graph per run (`calib bench --cuda-graph`), the GPU's
 time alone, read from the raw table's `graph_median_ms`; else runs enqueued one by one, whose figure includes the
-host's cost of launching every kernel (on YOLOv8n-320 at batch 4 about half of it).
+host's cost of launching every kernel (on YOLOv8n-320 at batch 4 about half of it). "in turns": the engines timed
+alternately, group by group (benchmarks/alternate.py: its `cuda_graph` or `plain` mode), not one after the other.
 """
 from __future__ import annotations
 
@@ -30,8 +31,8 @@ RESIDUAL_FLOAT = {"qdq": "calib's Q/DQ model, residual branch float"}
 RESIDUAL_NAMES = {"qdq": "calib-qdq", "qdq-residual-conv": "calib-qdq-resconv", "qdq-residual-act": "calib-qdq-resact"}
 
 MBV2_ENQUEUED = ("each engine timed right after its build, not in turns: the Q/DQ engine's same kernels took 1.5-2 us "
-                 "more per layer, a host that enqueued more slowly; in turns YOLOv8n's Q/DQ engines enqueue within 2 % "
-                 "of the implicit one, and as CUDA graphs this one is the faster")
+                 "more per layer, a host that enqueued more slowly; timed in turns on another H100 (2026-12-07, batch "
+                 "1) it enqueued 1.02x the implicit engine")
 
 TABLES = [
     {"model": "YOLOv3-tiny", "sha256": YOLOV3_TINY, "card": "NVIDIA H200", "tensorrt": "8.6.0", "level": 3,
@@ -83,7 +84,13 @@ TABLES = [
     for b, graph, ms in ((1, True, {"fp16": 0.1587, "implicit": 0.1759, "qdq": 0.1532}),
                          (4, True, {"fp16": 0.2148, "implicit": 0.1942, "qdq": 0.1922}),
                          (1, False, {"fp16": 0.2233, "implicit": 0.2406, "qdq": 0.2997}),
-                         (4, False, {"fp16": 0.2771, "implicit": 0.2595, "qdq": 0.3593}))]
+                         (4, False, {"fp16": 0.2771, "implicit": 0.2595, "qdq": 0.3593}))] + [
+    # MobileNetV2 at batch 1 on another H100 lease: the four engines timed in turns, as CUDA graphs and enqueued
+    {"model": "MobileNetV2", "sha256": MOBILENET_V2, "card": "NVIDIA H100", "tensorrt": "8.6.0", "level": 3,
+     "batch": 1, "date": "2026-12-07", "raw": "benchmarks/trt86-h100/qdq-l3-mbv2-b1-turns/mbv2-l3-b1/alternate.json",
+     "timing": timing, "ms": ms, "names": {"qdq": "calib-qdq", "modelopt": "modelopt-qdq"}}
+    for timing, ms in (("CUDA graph, in turns", {"fp16": 0.1688, "implicit": 0.1685, "qdq": 0.1668, "modelopt": 0.1758}),
+                       ("in turns", {"fp16": 0.2268, "implicit": 0.2355, "qdq": 0.2315, "modelopt": 0.2394}))]
 LABELS = {"fp16": "FP16", "implicit": "implicit INT8", "qdq": "calib's Q/DQ model",
           "qdq-stem-float": "calib's Q/DQ model, stem output float", "modelopt": "ModelOpt's Q/DQ model",
           "qdq-residual-conv": "calib's Q/DQ model, residual branch at the Conv (the default)",
@@ -121,9 +128,9 @@ def tables(sha256: str | None) -> list[dict]:
 
 def where(t: dict) -> str:
     timing = t.get("timing", "")
-    graph = ", timed as CUDA graphs" + (" in turns" if "in turns" in timing else "") if timing.startswith(
-        "CUDA graph") else ""
-    return f"{t['card']}, TensorRT {t['tensorrt']}, builder level {t['level']}, batch {t['batch']}{graph}"
+    turns = " in turns" if "in turns" in timing else ""
+    how = f", timed as CUDA graphs{turns}" if timing.startswith("CUDA graph") else f", enqueued{turns}" if turns else ""
+    return f"{t['card']}, TensorRT {t['tensorrt']}, builder level {t['level']}, batch {t['batch']}{how}"
 
 
 def raw_field(t: dict) -> str:
@@ -133,8 +140,11 @@ def raw_field(t: dict) -> str:
 
 def raw_engines(t: dict, raw: dict) -> dict:
     """The engines' entries of the raw file: a qdq_table table.json, or benchmarks/alternate.py's figures (the CUDA
-    graph mode's)."""
-    return raw["modes"]["cuda_graph"] if "in turns" in t.get("timing", "") else raw["engines"]
+    graph mode's, or the plain mode's for runs enqueued in turns)."""
+    timing = t.get("timing", "")
+    if "in turns" not in timing:
+        return raw["engines"]
+    return raw["modes"]["cuda_graph" if timing.startswith("CUDA graph") else "plain"]
 
 
 def verdicts(t: dict, tolerance: float = TOLERANCE) -> list[dict]:

@@ -18,7 +18,7 @@ from calib.runners.tensorrt import compat
 from calib.runners.tensorrt.builder import BuildSpec, build, recipe_shapes
 from calib.runners.tensorrt.calibrators import cache_calibrator
 from calib.runners.tensorrt.runner import TrtRunner
-from calib.search.fallback import Scorer, search
+from calib.search.fallback import Scorer, output_sqnr, search
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +32,12 @@ def pin_rules(model, layers) -> tuple[str, ...]:
         if (n.name or n.output[0]) in names and n.op_type not in ops:
             ops.append(n.op_type)
     return tuple(f"op:{op}=int8" for op in ops)
+
+
+def precisions(layers: list[dict]) -> dict:
+    """Engine layer name -> the precision TensorRT ran it in (reformats apart): where an engine and the simulation
+    part ways, the layers it ran in INT8 that the simulation kept in float, or the other way."""
+    return {x["name"]: x["precision"] for x in layers if not x["name"].startswith("Reformatting")}
 
 
 class EngineScorer:
@@ -93,7 +99,10 @@ class EngineScorer:
         self.rows[key] = {"float_layers": len(key[0]), "engine_score": self.cache[key],
                           "sim_score": self.cpu.score(tuple(key[0]), overrides), "median_ms": ms,
                           "speedup_vs_fp16": self.fp16_ms / ms if ms else None,
-                          "engine_layers": built.info["layer_summary"]}
+                          "engine_layers": built.info["layer_summary"],
+                          "engine_output_sqnr_db": {o: round(v, 3) for o, v in output_sqnr(self.cpu.ref, outs,
+                                                                                     self.cpu.outputs).items()},
+                          "engine_precisions": precisions(built.info["layers"])}
         log.info("engine with %d layers in %s: %s %.4g (simulation %.4g), %.4f ms = %.2fx FP16", len(key[0]),
                  self.precision, self.metric, self.cache[key], self.rows[key]["sim_score"], ms,
                  self.rows[key]["speedup_vs_fp16"] or 0.0)

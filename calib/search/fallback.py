@@ -31,6 +31,17 @@ class OutOfTime(Exception):
     """A variant not measured yet, past the scorer's deadline (the search answers with what it has)."""
 
 
+def output_sqnr(ref: list[dict], outs: list[dict], names) -> dict:
+    """Each output's SQNR in dB against the FP32 reference, over all batches."""
+    got = {}
+    for o in names:
+        s = TensorStats()
+        for r, t in zip(ref, outs):
+            s.update(r[o], t[o])
+        got[o] = float(s.result()["sqnr_db"])
+    return got
+
+
 @dataclass
 class Scorer:
     """Scores Q/DQ variants of one model against FP32 on fixed batches; results cached per set of float layers."""
@@ -78,13 +89,7 @@ class Scorer:
                 c.update(self._class_scores(r), self._class_scores(t))
             return c.result()["agreement_top1"]
         if metric == "output_sqnr":
-            worst = math.inf
-            for o in self.outputs:
-                s = TensorStats()
-                for r, t in zip(self.ref, outs):
-                    s.update(r[o], t[o])
-                worst = min(worst, s.result()["sqnr_db"])
-            return worst
+            return min(output_sqnr(self.ref, outs, self.outputs).values(), default=math.inf)
         tally = DetectionTally(self.detection, ["test"], self.outputs, score_reference=False,
                                decoder=self.postprocess)
         first = 0
