@@ -175,6 +175,49 @@ def test_engine_search_on_the_standin_finds_the_sensitive_layer(tmp_path):
     assert e["fastest_meeting_budget"]["float_layers"] == 1 and e["best_meeting_speed"] is None
 
 
+def test_engine_rows_simulate_the_implicit_engine_where_a_prelu_reads_an_int8_conv(tmp_path):
+    """Conv -> PRelu -> Conv on (stand-in) engines, every quantizable layer pinned to INT8: TensorRT 8.6 runs the
+    PRelu as a float layer that reads the first Conv's INT8 output (P-Net on an H100). The engine rows' simulation
+    is the implicit engine's (that rounding included), so it equals the engine; the Q/DQ placement the CPU search
+    ranks with does not round there and scores the all-INT8 variant higher."""
+    from calib.recipe import load_recipe
+    from calib.search.engines import engine_search
+    from standin.tensorrt import Memory, make_trt
+
+    rng = np.random.default_rng(1)
+    # a negative bias: the Conv's output reaches far below zero, the PRelu's hardly, so the Conv's own scale (the
+    # engine's rounding into the PRelu) is several times coarser than the PRelu's
+    nodes = [helper.make_node("Conv", ["input", "w1", "b1"], ["c1"], name="conv1"),
+             helper.make_node("PRelu", ["c1", "slope"], ["p1"], name="prelu1"),
+             helper.make_node("Conv", ["p1", "w2"], ["out"], name="conv2")]
+    g = helper.make_graph(nodes, "prelu", [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["N", 3, 6, 6])],
+                          [helper.make_tensor_value_info("out", TensorProto.FLOAT, ["N", 2, 4, 4])],
+                          [numpy_helper.from_array(rng.normal(0, 1.0, (4, 3, 3, 3)).astype(np.float32), "w1"),
+                           numpy_helper.from_array(rng.normal(0, 0.5, (2, 4, 1, 1)).astype(np.float32), "w2"),
+                           numpy_helper.from_array(np.full(4, -6.0, np.float32), "b1"),
+                           numpy_helper.from_array(np.full((4, 1, 1), 0.01, np.float32), "slope")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    p = tmp_path / "p.onnx"
+    onnx.save(m, str(p))
+    x = rng.uniform(-1, 1, (16, 3, 6, 6)).astype(np.float32)
+    amax = calibrate(p, x, ["minmax"]).amax["minmax"]
+    scorer = Scorer(m, amax, [({"input": x[:8]}, None), ({"input": x[8:]}, None)], "output_sqnr")
+    ranking = rank(scorer, quantizable_layers(m))
+    (tmp_path / "r.yaml").write_text("name: p\nmodel: p.onnx\ncalibration_data: {kind: npy, path: x.npy}\n"
+                                     "sensitivity: {pin_int8: true}\nbackend: {kind: tensorrt}\n")
+    np.save(tmp_path / "x.npy", x)
+    mem = Memory()
+    trt = make_trt("8.6.0", mem)
+    trt.simulate_int8 = True
+    e = engine_search(scorer, ranking, 200.0, p, amax, load_recipe(tmp_path / "r.yaml"), trt=trt, cuda=mem)
+    by_k = {r["float_layers"]: r for r in e["variants"]}
+    for row in e["variants"]:
+        assert row["engine_score"] == pytest.approx(row["sim_score"], abs=1e-3), row
+    assert by_k[0]["placement_score"] > by_k[0]["sim_score"] + 1  # the rounding into the PRelu costs the engine
+    assert by_k[0]["engine_precisions"]["prelu1"] != "int8"
+
+
 def test_engine_scorer_drops_a_pin_that_matches_no_layer(tmp_path):
     from calib.runners.tensorrt.builder import BuildSpec
     from calib.search.engines import EngineScorer

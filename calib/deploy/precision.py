@@ -144,9 +144,10 @@ def _rules(model: onnx.ModelProto, mode: str, exclude=lambda node: False) -> Pre
     return PrecisionModel(mode, "rules", prec, names, detail)
 
 
-def implicit_rules(model: onnx.ModelProto) -> PrecisionModel:
-    """The rules' prediction for an implicit INT8 build (int8 + fp16 flags, a calibration cache)."""
-    return _rules(model, "implicit")
+def implicit_rules(model: onnx.ModelProto, exclude=lambda node: False) -> PrecisionModel:
+    """The rules' prediction for an implicit INT8 build (int8 + fp16 flags, a calibration cache; nodes asked in
+    float with `exclude` run in float, and so do the layers that were INT8 only to feed them)."""
+    return _rules(model, "implicit", exclude)
 
 
 def explicit_rules(model: onnx.ModelProto, exclude=lambda node: False) -> PrecisionModel:

@@ -4,7 +4,9 @@ In implicit INT8 TensorRT does not run the layers the simulation assumed: asked 
 in FP16 it kept 38, asked for 35 it dropped INT8 altogether (benchmarks/RESULTS_TRT.md). So the CPU ranking is
 kept, and the bisection over its prefixes is repeated with each variant built and measured as an engine: the
 same metric against the same FP32 reference as the simulation, plus the engine's latency and the precision
-TensorRT chose per layer. The answer is the fewest layers that meet the budget on the engine; with
+TensorRT chose per layer, beside the CPU simulation of that implicit engine (calib.deploy.simulate, with the
+layers asked in float and those that only fed them in float) and the Q/DQ placement's score the search ranked
+with. The answer is the fewest layers that meet the budget on the engine; with
 `sensitivity.min_speedup`, the variants measured are also held against the FP16 engine's latency.
 """
 from __future__ import annotations
@@ -12,8 +14,11 @@ from __future__ import annotations
 import logging
 from dataclasses import replace
 
+from calib.deploy.precision import implicit_rules
+from calib.deploy.simulate import simulated_model
 from calib.errors import CalibError
 from calib.quantize.model import inspect_model
+from calib.quantize.qdq import Exclusions
 from calib.runners.tensorrt import compat
 from calib.runners.tensorrt.builder import BuildSpec, build, recipe_shapes
 from calib.runners.tensorrt.calibrators import cache_calibrator
@@ -75,6 +80,15 @@ class EngineScorer:
         log.info("FP16 engine: %.4f ms per batch of %d", ms, self.spec.batch_size)
         return ms
 
+    def _simulated(self, key, overrides: dict | None) -> float:
+        """The variant's score in the CPU simulation of the implicit INT8 engine it is (calib.deploy.simulate: where
+        TensorRT rounds, which the Q/DQ placement of the CPU search does not model everywhere)."""
+        if self.cpu.measure is not None:
+            return self.cpu.score(tuple(key[0]), overrides)
+        amax = {**self.amax, **overrides} if overrides else self.amax
+        pm = implicit_rules(self.cpu.model, Exclusions(tuple(sorted(key[0]))).excludes)
+        return self.cpu._score(self.cpu._outputs(simulated_model(self.cpu.model, amax, pm)), self.metric)
+
     def score(self, float_layers, overrides: dict | None = None) -> float:
         key = Scorer._key(float_layers, overrides)
         if key in self.cache:
@@ -97,7 +111,8 @@ class EngineScorer:
         self.cache[key] = self.cpu._score(outs, self.metric)
         self.runs += 1
         self.rows[key] = {"float_layers": len(key[0]), "engine_score": self.cache[key],
-                          "sim_score": self.cpu.score(tuple(key[0]), overrides), "median_ms": ms,
+                          "sim_score": self._simulated(key, overrides),
+                          "placement_score": self.cpu.score(tuple(key[0]), overrides), "median_ms": ms,
                           "speedup_vs_fp16": self.fp16_ms / ms if ms else None,
                           "engine_layers": built.info["layer_summary"],
                           "engine_output_sqnr_db": {o: round(v, 3) for o, v in output_sqnr(self.cpu.ref, outs,

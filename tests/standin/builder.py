@@ -306,6 +306,13 @@ class _Builder:
         into_float = [[t.name, layer.name] for layer in net.layers
                       if getattr(layer, "_precision", None) in (DataType.FLOAT, DataType.HALF)
                       for t in layer._inputs if t.name in written]
+        # and a PRelu is a float layer of its own behind an INT8 Conv, which writes INT8 into it (P-Net on an H100)
+        conv_out = {o["Name"] for la in layers if la["LayerType"] == "CONVOLUTION" for o in la["Outputs"]}
+        precision = {la["Name"]: la["Inputs"][0]["Format/Datatype"] for la in layers}
+        into_float += [[t.name, layer.name] for layer in net.layers
+                       if layer._op_type == "PRelu" and "Int8" not in precision.get(layer.name, "Int8")
+                       and getattr(layer, "_precision", None) is None
+                       for t in layer._inputs[:1] if t.name in written and t.name in conv_out]
         plan = {"model": net._model_path, "inputs": [[i.name, list(i.shape), int(i.dtype)] for i in net._inputs],
                 "int64_inputs": list(net._int64_inputs),
                 "outputs": [o.name for o in net._outputs], "output_dtypes": [int(o.dtype) for o in net._outputs],
