@@ -241,3 +241,7 @@ def test_implicit_rules_with_a_float_layer_leave_the_layers_that_only_fed_it_flo
     assert pm.nodes["t0"] != P.INT8 and pm.nodes["conv1"] == P.FP16 and pm.nodes["conv2"] == P.INT8
     amax = {"x": 1.0, "xt": 1.0, "c1": 3.0, "p1": 2.0, "y": 5.0}
     assert set(_scales(simulated_model(m, amax, pm))) == {"p1"}  # conv1 in float writes float into the PRelu
+    # the same through simulated_model's exclusions (recover's and --exclude's variants): the rules run again
+    from calib.quantize.qdq import Exclusions
+
+    assert _scales(simulated_model(m, amax, P.implicit_rules(m), Exclusions(("conv1",)))) == {"p1": [2.0]}

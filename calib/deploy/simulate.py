@@ -17,7 +17,7 @@ from dataclasses import replace
 
 import onnx
 
-from calib.deploy.precision import FP16, INT8, PrecisionModel, node_name
+from calib.deploy.precision import FP16, INT8, PrecisionModel, implicit_rules, node_name
 from calib.quantize.placement import WEIGHTED
 from calib.quantize.opset import at_qdq_opset, mark_opset
 from calib.quantize.qdq import (Exclusions, WeightPairs, _order, _pair, _set_kernel_shape, activation_scale, insert_qdq,
@@ -42,7 +42,10 @@ def simulated_model(model: onnx.ModelProto, amax: dict, pm: PrecisionModel | Non
     if pm.mode == "explicit":
         kept = pm.float_nodes(quantizable_layers(model))
         return insert_qdq(model, amax, Exclusions(exclude.names + kept, exclude.op_types))
-    if exclude.names or exclude.op_types:  # layers asked in float (--exclude, a fallback list) run in FP16
+    if (exclude.names or exclude.op_types) and pm.source == "rules":  # the rules again, with those layers in float
+        # (calib build types the writers of a float layer's inputs float, so a layer INT8 only to feed it is float)
+        pm = implicit_rules(model, exclude.excludes)
+    elif exclude.names or exclude.op_types:  # layers asked in float (--exclude, a fallback list) run in FP16
         left = {node_name(n) for n in model.graph.node if exclude.excludes(n)}
         pm = replace(pm, nodes={k: (FP16 if k in left and p == INT8 else p) for k, p in pm.nodes.items()})
     return implicit_qdq(model, amax, pm)
