@@ -17,6 +17,7 @@ import numpy as np
 
 from calib.errors import DataError, called
 from calib.quantize.layout import fix_hint, shown
+from calib.quantize.model import ModelInfo
 
 log = logging.getLogger(__name__)
 
@@ -138,7 +139,7 @@ def canonical(arrays: Mapping[str, np.ndarray], info, label: str, names=None) ->
     """(per-sample arrays with their samples on axis 0, constant rows) from arrays laid out as the model takes its
     inputs (info.layout). Every error names the input, its shape, what the model wants and the option that fixes
     it (`names`: recipe key -> flag)."""
-    inputs = {n: d for n, d, _ in info.inputs}
+    inputs = info.input_dims
     lay = info.layout
     per, whole, counts = {}, {}, {}
     for name, a in arrays.items():
@@ -226,6 +227,8 @@ class _Plain:
         from calib.quantize.layout import Layout
 
         self.inputs, self.layout = tuple(inputs), Layout()
+
+    input_dims = ModelInfo.input_dims
 
 
 def plain_info(inputs):

@@ -68,6 +68,15 @@ def implicit_qdq(model: onnx.ModelProto, amax: dict, pm: PrecisionModel) -> onnx
                 layer_of[index[name]] = li
     int8 = sorted(index[n] for n, p in pm.nodes.items() if p == INT8 and n in index)
     new_nodes, new_inits, done, rewires, missing = [], [], {}, [], set()
+
+    def rounded(t: str) -> str | None:
+        """The tensor TensorRT reads for `t` rounded with its own scale (one Q/DQ pair per tensor); None where the
+        scale is zero (zero on every calibration batch: the tensor stays float)."""
+        scale = activation_scale(float(amax[t]))
+        if scale is not None and ("a", t) not in done:
+            done[("a", t)] = _pair(t, f"{t}_engine", scale, None, new_nodes, new_inits)
+        return done.get(("a", t))
+
     for i in int8:
         node = g.node[i]
         for k, t in enumerate(node.input):
@@ -84,25 +93,16 @@ def implicit_qdq(model: onnx.ModelProto, amax: dict, pm: PrecisionModel) -> onnx
                 continue  # made inside the same fused engine layer: never rounded
             if t not in amax:
                 missing.add(t)
-                continue
-            scale = activation_scale(float(amax[t]))
-            if scale is None:  # zero on every calibration batch: no scale, the tensor stays float
-                continue
-            key = ("a", t)
-            if key not in done:
-                done[key] = _pair(t, f"{t}_engine", scale, None, new_nodes, new_inits)
-            rewires.append((i, k, done[key], None))
+            elif (new := rounded(t)) is not None:
+                rewires.append((i, k, new, None))
     for i, node in enumerate(g.node):  # a PRelu in float behind an INT8 Conv: the Conv writes INT8 (see UNFUSED)
-        src = graph.producer.get(node.input[0]) if node.op_type in UNFUSED and node.input else None
-        if src is None or pm.nodes.get(node_name(node)) == INT8 or pm.nodes.get(node_name(g.node[src])) != INT8 \
-                or g.node[src].op_type not in WEIGHTED:
+        if node.op_type not in UNFUSED or pm.nodes.get(node_name(node)) == INT8:
             continue
-        t = node.input[0]
-        scale = activation_scale(float(amax[t])) if t in amax else None
-        if scale is not None:
-            if ("a", t) not in done:
-                done[("a", t)] = _pair(t, f"{t}_engine", scale, None, new_nodes, new_inits)
-            rewires.append((i, 0, done[("a", t)], None))
+        src = graph.producer.get(node.input[0])
+        if src is None or g.node[src].op_type not in WEIGHTED or pm.nodes.get(node_name(g.node[src])) != INT8:
+            continue
+        if node.input[0] in amax and (new := rounded(node.input[0])) is not None:
+            rewires.append((i, 0, new, None))
     for i, k, new, shape in rewires:
         node = g.node[i]
         node.input[k] = new

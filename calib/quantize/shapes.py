@@ -81,7 +81,7 @@ def tensor_sizes(model: onnx.ModelProto, info: ModelInfo, dims: Mapping[str, tup
     where an input's size is not known (the batch dimension may be left free: the model's fixed batch, else 1).
     `dims` are canonical (samples first, as a batch holds them: info.layout turns them into the model's)."""
     lay = info.layout
-    dims = {n: lay.model_dims(n, d) for n, d in dims.items()} if dims else {n: d for n, d, _ in info.inputs}
+    dims = {n: lay.model_dims(n, d) for n, d in dims.items()} if dims else info.input_dims
     batch = fixed_batch(info) or 1
     at, first = {}, {}
     for name, d in dims.items():

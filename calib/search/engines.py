@@ -86,8 +86,8 @@ class EngineScorer:
         if self.cpu.measure is not None:
             return self.cpu.score(tuple(key[0]), overrides)
         amax = {**self.amax, **overrides} if overrides else self.amax
-        pm = implicit_rules(self.cpu.model, Exclusions(tuple(sorted(key[0]))).excludes)
-        return self.cpu._score(self.cpu._outputs(simulated_model(self.cpu.model, amax, pm)), self.metric)
+        q = simulated_model(self.cpu.model, amax, implicit_rules(self.cpu.model), Exclusions(tuple(sorted(key[0]))))
+        return self.cpu._score(self.cpu._outputs(q), self.metric)
 
     def score(self, float_layers, overrides: dict | None = None) -> float:
         key = Scorer._key(float_layers, overrides)
