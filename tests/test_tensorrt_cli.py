@@ -227,7 +227,7 @@ output: out
     assert e["float_layers"] == ["convB"] == res["float_layers"] and e["met"] and e["pin_int8"]
     assert (out / "layer_precisions.txt").read_text() == "convB=fp16\n"
     md = (out / "sensitivity.md").read_text()
-    assert "## On TensorRT engines (batch 8" in md and "| layers in float | simulation | engine |" in md
+    assert "## On TensorRT engines (batch 8" in md and "| layers in float | simulation | as built | engine |" in md
     assert "Fastest variant within the budget: 1 layers in float" in md
 
 

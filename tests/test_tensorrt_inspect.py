@@ -3,7 +3,11 @@ from __future__ import annotations
 
 import json
 
-from calib.runners.tensorrt.inspect import format_precision, layer_precision, node_precisions, parse_layers, split_fused
+import pytest
+
+from calib.errors import CalibError
+from calib.runners.tensorrt.inspect import (check_layers, format_precision, layer_precision, node_precisions,
+                                            parse_layers, split_fused)
 
 # The shape of TensorRT 8.6's detailed layer information (IEngineInspector, LayerInformationFormat.JSON).
 INFO = {"Layers": [
@@ -76,3 +80,29 @@ def test_layers_recorded_from_a_real_engine():
     layers = parse_layers({"Layers": []}) + info["layers"]
     prec = node_precisions(layers, ["conv0", "conv1", "conv2", "gap", "logits"])
     assert prec == {"conv0": "fp16", "conv1": "fp16", "conv2": "fp16", "gap": "fp16", "logits": "fp16"}
+
+
+def test_tensors_written_in_int8_are_recorded():
+    """The detailed inspector names each layer's output tensors and their formats: the ones in an INT8 format are
+    what a float reader gets rounded (calib.deploy.simulate)."""
+    layers = parse_layers(json.dumps(INFO))
+    assert layers[0]["int8_outputs"] == ["/features/features.0/features.0.2/Clip_output_0"]
+    assert [la["int8_outputs"] for la in layers[1:]] == [[], [], [], []]  # the reformat writes FP32
+    assert "int8_outputs" not in parse_layers(["a + b"])[0]  # names only: formats unknown
+
+
+def test_horizontally_fused_layers_are_split():
+    """TensorRT 8.6 ran P-Net's two heads, which read the same tensor, as one layer 'conv2d_4 || conv2d_3'."""
+    assert split_fused("conv2d_4 || conv2d_3") == ["conv2d_4", "conv2d_3"]
+    layers = parse_layers({"Layers": [{"Name": "conv2d_4 || conv2d_3", "LayerType": "CaskConvolution",
+                                       "Inputs": [{"Name": "p", "Format/Datatype": "Row major linear Int8 format"}],
+                                       "Outputs": [{"Name": "a", "Format/Datatype": "Row major linear FP32"},
+                                                   {"Name": "b", "Format/Datatype": "Row major linear FP32"}]}]})
+    assert node_precisions(layers, ["conv2d_3", "conv2d_4"]) == {"conv2d_3": "int8", "conv2d_4": "int8"}
+
+
+def test_a_sidecars_int8_outputs_are_checked(tmp_path):
+    ok = [{"name": "a", "precision": "int8", "fused": ["a"], "int8_outputs": ["t"]}]
+    assert check_layers(ok, "x.json") == ok
+    with pytest.raises(CalibError, match="x.json: engine layer 0: 'int8_outputs' must be a list of tensor names"):
+        check_layers([{"name": "a", "precision": "int8", "fused": ["a"], "int8_outputs": "t"}], "x.json")

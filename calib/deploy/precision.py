@@ -43,6 +43,9 @@ class PrecisionModel:
     layers: tuple = ()  # engine layers: tuples of the ONNX node names fused into each
     detail: str = ""  # where it came from: the file, or which rules
     notes: tuple = field(default=())
+    # the ONNX tensors the engine stores in INT8 (every reader, float layers too, reads them rounded); None where
+    # not known (rules, or an inspector without the tensors' formats): calib.deploy.simulate then guesses
+    int8_tensors: frozenset | None = None
 
     def precision(self, node: str) -> str | None:
         return self.nodes.get(node)
@@ -176,7 +179,8 @@ def read_engine_layers(path: str | Path) -> list[dict]:
 
 def from_inspector(layers: list[dict], model: onnx.ModelProto, mode: str = "implicit",
                    detail: str = "") -> PrecisionModel:
-    """What an engine ran, per ONNX node, from its inspector layers ({name, precision, fused} each)."""
+    """What an engine ran, per ONNX node, from its inspector layers ({name, precision, fused} each, and
+    int8_outputs where the inspector gave the tensors' formats: then the tensors it stores in INT8 are known)."""
     from calib.runners.tensorrt.inspect import node_precisions
 
     names = [node_name(n) for n in model.graph.node if n.op_type not in SKIP]
@@ -197,7 +201,11 @@ def from_inspector(layers: list[dict], model: onnx.ModelProto, mode: str = "impl
             groups.append(tuple(dict.fromkeys(parts)))
     grouped = {n for grp in groups for n in grp}
     groups += [(n,) for n in prec if n not in grouped]
-    return PrecisionModel(mode, "inspector", prec, tuple(groups), detail)
+    stored = None
+    if layers and all("int8_outputs" in layer for layer in layers):
+        tensors = {t for node in model.graph.node for t in node.output}
+        stored = frozenset(t for layer in layers for t in layer["int8_outputs"] if t in tensors)
+    return PrecisionModel(mode, "inspector", prec, tuple(groups), detail, int8_tensors=stored)
 
 
 def hit_rate(predicted: PrecisionModel, actual: PrecisionModel, nodes=None) -> dict:

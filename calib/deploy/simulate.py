@@ -7,8 +7,12 @@
   rounded; a layer in float reads and writes float. This differs from the Q/DQ placement where the engine
   differs from it: a Conv whose activation TensorRT did not fuse rounds its output too, and a tensor read by a
   Concat and by another INT8 layer is rounded with its own scale for the other layer and again with the
-  Concat's scale (TensorRT's INT8 copy into the Concat), where a Q/DQ model gives it the Concat's scale once. A
-  PRelu in float behind an INT8 Conv reads the Conv's output rounded with its own scale (UNFUSED).
+  Concat's scale (TensorRT's INT8 copy into the Concat), where a Q/DQ model gives it the Concat's scale once.
+- Where an INT8 layer writes INT8 into a layer in float, that layer reads the rounded values. Which tensors an
+  engine stores in INT8 is TensorRT's choice, made per build by timing: the same P-Net variant on two H100 builds
+  rounded its Conv's output into a PRelu once and not the other time. A precision model from the inspector of
+  the engine built (int8_tensors) says it; otherwise a PRelu in float behind an INT8 Conv is taken to read the
+  Conv's output rounded (UNFUSED).
 """
 from __future__ import annotations
 
@@ -25,9 +29,10 @@ from calib.quantize.qdq import (Exclusions, WeightPairs, _order, _pair, _set_ker
 from calib.quantize.ties import Graph, tie_amax
 
 log = logging.getLogger(__name__)
-# activations TensorRT 8.6 runs as a float layer of their own behind an INT8 Conv, which then writes INT8 (its
+# activations TensorRT 8.6 runs as a float layer of their own behind an INT8 Conv, which may then write INT8 (its
 # output's scale from the cache) and a reformat feeds the float layer: MTCNN's P-Net on an H100, a variant with
-# conv2d_4 in FP16 gave 15.74 dB on the engine; this rounding 15.93, without it 19.43 (9 reformats in 17 layers)
+# conv2d_4 in FP16 gave 15.74 dB on the engine; this rounding 15.93, without it 19.43 (9 reformats in 17 layers).
+# The guess where the engine's formats are not known: another build of that variant wrote float (19.14 dB)
 UNFUSED = frozenset({"PRelu"})
 
 
@@ -95,8 +100,15 @@ def implicit_qdq(model: onnx.ModelProto, amax: dict, pm: PrecisionModel) -> onnx
                 missing.add(t)
             elif (new := rounded(t)) is not None:
                 rewires.append((i, k, new, None))
-    for i, node in enumerate(g.node):  # a PRelu in float behind an INT8 Conv: the Conv writes INT8 (see UNFUSED)
-        if node.op_type not in UNFUSED or pm.nodes.get(node_name(node)) == INT8:
+    for i, node in enumerate(g.node):  # float layers reading a tensor stored in INT8
+        if pm.nodes.get(node_name(node)) == INT8:
+            continue
+        if pm.int8_tensors is not None:  # the engine's own formats
+            for k, t in enumerate(node.input):
+                if t in pm.int8_tensors and t in amax and (new := rounded(t)) is not None:
+                    rewires.append((i, k, new, None))
+            continue
+        if node.op_type not in UNFUSED:  # a guess: a PRelu behind an INT8 Conv (see UNFUSED)
             continue
         src = graph.producer.get(node.input[0])
         if src is None or g.node[src].op_type not in WEIGHTED or pm.nodes.get(node_name(g.node[src])) != INT8:

@@ -4,17 +4,19 @@ In implicit INT8 TensorRT does not run the layers the simulation assumed: asked 
 in FP16 it kept 38, asked for 35 it dropped INT8 altogether (benchmarks/RESULTS_TRT.md). So the CPU ranking is
 kept, and the bisection over its prefixes is repeated with each variant built and measured as an engine: the
 same metric against the same FP32 reference as the simulation, plus the engine's latency and the precision
-TensorRT chose per layer, beside the CPU simulation of that implicit engine (calib.deploy.simulate, with the
-layers asked in float and those that only fed them in float) and the Q/DQ placement's score the search ranked
-with. The answer is the fewest layers that meet the budget on the engine; with
-`sensitivity.min_speedup`, the variants measured are also held against the FP16 engine's latency.
+TensorRT chose per layer, beside three CPU figures: the simulation of the implicit engine predicted
+(calib.deploy.simulate, with the layers asked in float and those that only fed them in float), the simulation
+of the engine as built (its inspector: which layers ran INT8 and which tensors it stored in INT8, TensorRT's
+choice per build), and the Q/DQ placement's score the search ranked with. The answer is the fewest layers that
+meet the budget on the engine; with `sensitivity.min_speedup`, the variants measured are also held against the
+FP16 engine's latency.
 """
 from __future__ import annotations
 
 import logging
 from dataclasses import replace
 
-from calib.deploy.precision import implicit_rules
+from calib.deploy.precision import from_inspector, implicit_rules
 from calib.deploy.simulate import simulated_model
 from calib.errors import CalibError
 from calib.quantize.model import inspect_model
@@ -89,6 +91,17 @@ class EngineScorer:
         q = simulated_model(self.cpu.model, amax, implicit_rules(self.cpu.model), Exclusions(tuple(sorted(key[0]))))
         return self.cpu._score(self.cpu._outputs(q), self.metric)
 
+    def _as_built(self, built, overrides: dict | None) -> float | None:
+        """The variant's score in the CPU simulation of the engine TensorRT built: its inspector's precision per
+        layer and the tensors it stored in INT8, which TensorRT chooses per build (None where the inspector says
+        nothing, or the metric is a measure of its own)."""
+        layers = built.info.get("layers") or []
+        if self.cpu.measure is not None or not layers or any(la.get("precision") == "?" for la in layers):
+            return None  # no inspector, or one that gives names only
+        amax = {**self.amax, **overrides} if overrides else self.amax
+        q = simulated_model(self.cpu.model, amax, from_inspector(layers, self.cpu.model))
+        return self.cpu._score(self.cpu._outputs(q), self.metric)
+
     def score(self, float_layers, overrides: dict | None = None) -> float:
         key = Scorer._key(float_layers, overrides)
         if key in self.cache:
@@ -112,6 +125,7 @@ class EngineScorer:
         self.runs += 1
         self.rows[key] = {"float_layers": len(key[0]), "engine_score": self.cache[key],
                           "sim_score": self._simulated(key, overrides),
+                          "as_built_score": self._as_built(built, overrides),
                           "placement_score": self.cpu.score(tuple(key[0]), overrides), "median_ms": ms,
                           "speedup_vs_fp16": self.fp16_ms / ms if ms else None,
                           "engine_layers": built.info["layer_summary"],

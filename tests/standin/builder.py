@@ -309,10 +309,24 @@ class _Builder:
         # and a PRelu is a float layer of its own behind an INT8 Conv, which writes INT8 into it (P-Net on an H100)
         conv_out = {o["Name"] for la in layers if la["LayerType"] == "CONVOLUTION" for o in la["Outputs"]}
         precision = {la["Name"]: la["Inputs"][0]["Format/Datatype"] for la in layers}
+        # (TensorRT's choice, made per build: `prelu_reads_int8 = False` models the builds where the Conv wrote float)
         into_float += [[t.name, layer.name] for layer in net.layers
-                       if layer._op_type == "PRelu" and "Int8" not in precision.get(layer.name, "Int8")
+                       if self._t.prelu_reads_int8 and layer._op_type == "PRelu"
+                       and "Int8" not in precision.get(layer.name, "Int8")
                        and getattr(layer, "_precision", None) is None
                        for t in layer._inputs[:1] if t.name in written and t.name in conv_out]
+        # the inspector says Int8 for a tensor every reader of which reads it rounded (an INT8 layer, or a float one
+        # listed above); otherwise the INT8 layer wrote float, as TensorRT does where a float layer reads it
+        rounded = {t for t, _ in into_float}
+        readers: dict = {}
+        for layer in net.layers:
+            for t in layer._inputs:
+                readers.setdefault(t.name, []).append(layer.name)
+        for la in layers:
+            for o in la["Outputs"]:
+                if "Int8" in o["Format/Datatype"] and o["Name"] not in rounded and not all(
+                        "Int8" in precision.get(r, "") for r in readers.get(o["Name"], [])):
+                    o["Format/Datatype"] = "Row major linear FP32 format"
         plan = {"model": net._model_path, "inputs": [[i.name, list(i.shape), int(i.dtype)] for i in net._inputs],
                 "int64_inputs": list(net._int64_inputs),
                 "outputs": [o.name for o in net._outputs], "output_dtypes": [int(o.dtype) for o in net._outputs],

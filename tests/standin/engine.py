@@ -29,13 +29,19 @@ def _simulated(plan):
     """The Q/DQ model of an INT8 stand-in engine: the layers it holds in Int8 quantized, the others in float."""
     import onnx
 
+    from calib.quantize.placement import WEIGHTED
     from calib.quantize.qdq import Exclusions, insert_qdq, quantizable_layers
 
     model = onnx.load(plan["model"])
     int8 = {n[len("node_of_"):] if n.startswith("node_of_") else n for n in plan["int8_layers"]}
-    floats = tuple(n for n in quantizable_layers(model) if n not in int8)
+    quant = quantizable_layers(model)
+    floats = tuple(n for n in quant if n not in int8)
+    # a layer without weights held in Int8 (a Transpose) reads its inputs rounded with their own scales, as its
+    # Int8 input format says, also where calib's placement leaves them float (its consumer in float)
+    reads = [[t, n.name or n.output[0]] for n in model.graph.node if (n.name or n.output[0]) in int8
+             and n.op_type not in WEIGHTED for t in n.input if t in plan["scales"]]
     q = insert_qdq(model, {k: v * 127.0 for k, v in plan["scales"].items()}, Exclusions(names=floats))
-    return _int8_into_float(q, plan)
+    return _int8_into_float(q, {**plan, "int8_into_float": [*plan.get("int8_into_float", ()), *reads]})
 
 
 def _int8_into_float(model, plan):

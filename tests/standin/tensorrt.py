@@ -23,7 +23,8 @@ from .engine import _Runtime
 
 
 # What the stand-in offers beyond TensorRT's API, for tests to read: {real class or "module": names}
-STANDIN_ONLY = {"module": {"memory", "builds", "simulate_int8", "plugins_loaded", "calibration_shapes"},
+STANDIN_ONLY = {"module": {"memory", "builds", "simulate_int8", "prelu_reads_int8", "plugins_loaded",
+                           "calibration_shapes"},
                 "IBuilderConfig": {"calibration_profile", "profiles"}, "IOptimizationProfile": {"shapes"},
                 "INetworkDefinition": {"layers"}, "IExecutionContext": {"shapes_set"}}
 
@@ -145,7 +146,8 @@ def make_trt(version: str = "8.6.0", memory: Memory | None = None):
     major = int(version.split(".")[0])
     minor = int(version.split(".")[1])
     mem = memory or Memory()
-    t = types.SimpleNamespace(__version__=version, memory=mem, builds=[], simulate_int8=False)
+    t = types.SimpleNamespace(__version__=version, memory=mem, builds=[], simulate_int8=False,
+                              prelu_reads_int8=True)
     # simulate_int8: INT8 engines run calib's Q/DQ simulation of the layers they hold in Int8 (with the scales
     # the calibrator gave), so tests see the accuracy a fallback choice buys; else they run plain FP32
     t.DataType = DataType

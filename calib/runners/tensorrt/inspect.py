@@ -26,6 +26,14 @@ def format_precision(text: str) -> str | None:
     return None
 
 
+def int8_outputs(layer: dict) -> list[str]:
+    """The names of the tensors an inspector layer writes in an INT8 format: every reader of such a tensor reads
+    values rounded with its scale, a layer in float too (TensorRT 8.6 lets an INT8 layer write INT8 into a float
+    layer, through a reformat)."""
+    return [str(t["Name"]) for t in layer.get("Outputs") or [] if isinstance(t, dict) and "Name" in t
+            and format_precision(str(t.get("Format/Datatype", ""))) == "int8"]
+
+
 def _tensor_precisions(tensors) -> list[str]:
     out = []
     for t in tensors or []:
@@ -62,12 +70,17 @@ def check_layers(layers, where: str) -> list[dict]:
         if prec not in _ORDER and prec != "?":
             raise CalibError(f"{where}: engine layer {k}: 'precision' must be one of {', '.join(_ORDER)} or '?', "
                              f"got {prec!r:.60}")
+        outs = layer.get("int8_outputs")
+        if outs is not None and (not isinstance(outs, list) or not all(isinstance(o, str) for o in outs)):
+            raise CalibError(f"{where}: engine layer {k}: 'int8_outputs' must be a list of tensor names, "
+                             f"got {outs!r:.60}")
         layer.setdefault("name", " + ".join(fused))
     return layers
 
 
 def parse_layers(info: str | dict | list, where: str = "engine inspector") -> list[dict]:
-    """Inspector output (JSON text or parsed) -> [{name, type, precision, tactic, fused}] in engine order."""
+    """Inspector output (JSON text or parsed) -> [{name, type, precision, tactic, fused, int8_outputs}] in engine
+    order (int8_outputs only where the inspector gives the tensors' formats: detailed verbosity)."""
     data = json.loads(info, strict=False) if isinstance(info, str) else info  # TensorRT leaves raw newlines in strings
     layers = data.get("Layers", []) if isinstance(data, dict) else data
     if not isinstance(layers, list):
@@ -82,8 +95,11 @@ def parse_layers(info: str | dict | list, where: str = "engine inspector") -> li
             out.append({"name": layer, "type": "?", "precision": "?", "tactic": "", "fused": split_fused(layer)})
             continue
         name = str(layer.get("Name", ""))
-        out.append({"name": name, "type": str(layer.get("LayerType", "?")), "precision": layer_precision(layer),
-                    "tactic": str(layer.get("TacticName", "")), "fused": split_fused(name)})
+        row = {"name": name, "type": str(layer.get("LayerType", "?")), "precision": layer_precision(layer),
+               "tactic": str(layer.get("TacticName", "")), "fused": split_fused(name)}
+        if isinstance(layer.get("Outputs"), list):
+            row["int8_outputs"] = int8_outputs(layer)
+        out.append(row)
     return out
 
 
@@ -95,11 +111,12 @@ def inspector_layers(engine, trt) -> list[dict]:
 
 
 def split_fused(name: str) -> list[str]:
-    """Network layer names inside an engine layer name: 'a + b', 'PWN(a, b)', 'Reformatting CopyNode for ...'."""
+    """Network layer names inside an engine layer name: 'a + b', 'PWN(a, b)', 'a || b' (two layers reading the same
+    input run as one: P-Net's two heads on an H100), 'Reformatting CopyNode for ...'."""
     if name.startswith("Reformatting CopyNode"):
         return []
     parts = []
-    for piece in name.split(" + "):
+    for piece in re.split(r" \+ | \|\| ", name):
         piece = piece.strip()
         m = re.fullmatch(r"PWN\((.*)\)", piece)
         if m:
