@@ -185,6 +185,10 @@ def prepare(key: str, args, stage: Path, local: Path) -> dict:
     sim = simulate(model, caches, to_input(ev, m), m)
     (d / "simulation.json").write_text(json.dumps(sim, indent=1) + "\n")
     best, why = pick(sim, m)
+    asked = dict(a.split("=", 1) for a in args.cache).get(key)
+    if asked and asked != best:  # a table to compare with one built from that cache earlier
+        why = f"asked (--cache {key}={asked}); the simulation's pick: {best}, {why}"
+        best = asked
     log.info("%s: best cache %s (%s)", key, best, why)
     entry = {"model": "model.onnx", "model_sha256": sha256(model), "notes": m.notes, "input": m.input,
              "batch": m.batch, "task": m.task, "detection_format": m.detection_format, "data": data,
@@ -211,10 +215,18 @@ def main() -> None:
     ap.add_argument("--photos224", help="the golden photos_224.npy (rebuilt with scikit-image when not given)")
     ap.add_argument("--modelopt-python", help="python of an environment with nvidia-modelopt[onnx]")
     ap.add_argument("--eval-limit", type=int, default=0, help="fewer evaluation images (smoke tests)")
+    ap.add_argument("--cache", action="append", default=[], metavar="MODEL=ALGO",
+                    help="build MODEL's INT8 engines from ALGO's cache, not the simulation's pick (tables to set "
+                         "beside ones built from that cache earlier); repeatable")
     ap.add_argument("--modelopt-only", action="store_true",
                     help="with --modelopt-python: add ModelOpt's Q/DQ model to models already staged, from their "
                          "staged best cache (no new calibration: engines built from those caches stay comparable)")
     args = ap.parse_args()
+    for a in args.cache:
+        model, _, algo = a.partition("=")
+        if model not in MODELS or algo not in ALGOS:
+            ap.error(f"--cache {a}: expected MODEL=ALGO with MODEL one of {', '.join(MODELS)} and ALGO one of "
+                     f"{', '.join(ALGOS)}")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     out = Path(args.out)
     stage, local = out / "qdq22", out / "calib-data"
