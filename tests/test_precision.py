@@ -278,6 +278,10 @@ def test_simulation_of_an_engine_as_built_rounds_the_tensors_it_stored_in_int8()
     assert "c1" not in _scales(simulated_model(m, amax, wrote_float))
     assert _scales(simulated_model(m, amax, unknown))["c1"] == [3.0]  # the guess: a PRelu reads INT8
     assert set(_scales(simulated_model(m, amax, wrote_float))) == {"x", "xt", "p1"}  # the INT8 layers as before
+    # conv1 asked in float on top of that engine (--exclude): it writes float, so the PRelu reads c1 unrounded
+    from calib.quantize.qdq import Exclusions
+
+    assert "c1" not in _scales(simulated_model(m, amax, wrote_int8, Exclusions(("conv1",))))
 
 
 def test_a_float_layer_of_any_kind_reads_an_int8_tensor_rounded():

@@ -52,7 +52,11 @@ def simulated_model(model: onnx.ModelProto, amax: dict, pm: PrecisionModel | Non
         pm = implicit_rules(model, exclude.excludes)
     elif exclude.names or exclude.op_types:  # layers asked in float (--exclude, a fallback list) run in FP16
         left = {node_name(n) for n in model.graph.node if exclude.excludes(n)}
-        pm = replace(pm, nodes={k: (FP16 if k in left and p == INT8 else p) for k, p in pm.nodes.items()})
+        stored = pm.int8_tensors
+        if stored is not None:  # a layer in float writes float: its outputs leave the engine's INT8 tensors
+            stored = stored - {o for n in model.graph.node if node_name(n) in left for o in n.output}
+        pm = replace(pm, nodes={k: (FP16 if k in left and p == INT8 else p) for k, p in pm.nodes.items()},
+                     int8_tensors=stored)
     return implicit_qdq(model, amax, pm)
 
 
