@@ -185,7 +185,7 @@ def prepare(key: str, args, stage: Path, local: Path) -> dict:
     sim = simulate(model, caches, to_input(ev, m), m)
     (d / "simulation.json").write_text(json.dumps(sim, indent=1) + "\n")
     best, why = pick(sim, m)
-    asked = dict(a.split("=", 1) for a in args.cache).get(key)
+    asked = args.cache.get(key)
     if asked and asked != best:  # a table to compare with one built from that cache earlier
         why = f"asked (--cache {key}={asked}); the simulation's pick: {best}, {why}"
         best = asked
@@ -227,6 +227,7 @@ def main() -> None:
         if model not in MODELS or algo not in ALGOS:
             ap.error(f"--cache {a}: expected MODEL=ALGO with MODEL one of {', '.join(MODELS)} and ALGO one of "
                      f"{', '.join(ALGOS)}")
+    args.cache = dict(a.partition("=")[::2] for a in args.cache)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     out = Path(args.out)
     stage, local = out / "qdq22", out / "calib-data"

@@ -82,14 +82,20 @@ class EngineScorer:
         log.info("FP16 engine: %.4f ms per batch of %d", ms, self.spec.batch_size)
         return ms
 
+    def _amax(self, overrides: dict | None) -> dict:
+        return {**self.amax, **overrides} if overrides else self.amax
+
+    def _sim_score(self, pm, overrides: dict | None, exclude: Exclusions = Exclusions()) -> float:
+        """The metric of the CPU simulation of the engine `pm` describes (calib.deploy.simulate)."""
+        q = simulated_model(self.cpu.model, self._amax(overrides), pm, exclude)
+        return self.cpu._score(self.cpu._outputs(q), self.metric)
+
     def _simulated(self, key, overrides: dict | None) -> float:
         """The variant's score in the CPU simulation of the implicit INT8 engine it is (calib.deploy.simulate: where
         TensorRT rounds, which the Q/DQ placement of the CPU search does not model everywhere)."""
         if self.cpu.measure is not None:
             return self.cpu.score(tuple(key[0]), overrides)
-        amax = {**self.amax, **overrides} if overrides else self.amax
-        q = simulated_model(self.cpu.model, amax, implicit_rules(self.cpu.model), Exclusions(tuple(sorted(key[0]))))
-        return self.cpu._score(self.cpu._outputs(q), self.metric)
+        return self._sim_score(implicit_rules(self.cpu.model), overrides, Exclusions(tuple(sorted(key[0]))))
 
     def _as_built(self, built, overrides: dict | None) -> float | None:
         """The variant's score in the CPU simulation of the engine TensorRT built: its inspector's precision per
@@ -98,15 +104,13 @@ class EngineScorer:
         layers = built.info.get("layers") or []
         if self.cpu.measure is not None or not layers or any(la.get("precision") == "?" for la in layers):
             return None  # no inspector, or one that gives names only
-        amax = {**self.amax, **overrides} if overrides else self.amax
-        q = simulated_model(self.cpu.model, amax, from_inspector(layers, self.cpu.model))
-        return self.cpu._score(self.cpu._outputs(q), self.metric)
+        return self._sim_score(from_inspector(layers, self.cpu.model), overrides)
 
     def score(self, float_layers, overrides: dict | None = None) -> float:
         key = Scorer._key(float_layers, overrides)
         if key in self.cache:
             return self.cache[key]
-        amax = {**self.amax, **overrides} if overrides else self.amax
+        amax = self._amax(overrides)
         while True:
             rules = self.pin + tuple(f"{n}={self.precision}" for n in sorted(key[0]))
             spec = replace(self.spec, layer_precisions=rules)
