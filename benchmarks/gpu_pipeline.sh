@@ -110,13 +110,13 @@ case $1 in
           ;;
         l3-yolov3-tiny)  # issue 40: level 3, batch 4 then 1: the default placement (stem output quantized) beside
           # --keep-stem-output-float, the implicit engine and FP16
+          # (Y3_ENGINES: which, in build order; the deadline cuts the last ones)
+          e=${Y3_ENGINES:-implicit,calib-qdq,calib-qdq-float-stem,fp16,modelopt-qdq}
           for b in ${L3_BATCHES:-4 1}; do
-            QDQ_DEADLINE=${Y3_DEADLINE:-1500} qdq yolov3-tiny 3 "$b" \
-              implicit,calib-qdq,calib-qdq-float-stem,fp16,modelopt-qdq /tmp/qdq22/yolov3-tiny-l3-b$b 1600 \
+            QDQ_DEADLINE=${Y3_DEADLINE:-1500} qdq yolov3-tiny 3 "$b" "$e" /tmp/qdq22/yolov3-tiny-l3-b$b 1600 \
               > "$R/l3-yolov3-tiny-b$b.log" 2>&1
             echo "exit $?" >> "$R/l3-yolov3-tiny-b$b.log"
-            turns /tmp/qdq22/yolov3-tiny-l3-b$b implicit,calib-qdq,calib-qdq-float-stem,fp16,modelopt-qdq \
-              > "$R/alt-yolov3-tiny-b$b.log" 2>&1
+            turns /tmp/qdq22/yolov3-tiny-l3-b$b "$e" > "$R/alt-yolov3-tiny-b$b.log" 2>&1
           done
           ;;
         l3-yolov8n)  # issue 40: level 3 at Y8_BATCH (4): the default placement beside the implicit engine and FP16
