@@ -60,7 +60,8 @@ case $1 in
     }
     qdq() {  # MODEL LEVEL BATCH JOBS OUTDIR [TIMEOUT]
       timeout "${6:-600}" python3.10 benchmarks/qdq_table.py --model "$1" --data /opt/extra/qdq22 --out "$5" \
-        --opt-level "$2" --batch "$3" --only "$4" --deadline-s "${QDQ_DEADLINE:-520}"
+        --opt-level "$2" --batch "$3" --only "$4" --deadline-s "${QDQ_DEADLINE:-520}" \
+        --estimate-scale "${QDQ_EST_SCALE:-1.25}"
     }
     for step in ${2//,/ }; do
       t0=$SECONDS; log "start $step"

@@ -163,6 +163,9 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=0)
     ap.add_argument("--eval-limit", type=int, default=0)
     ap.add_argument("--deadline-s", type=float, default=500.0, help="start no build that could end after this")
+    ap.add_argument("--estimate-scale", type=float, default=1.25,
+                    help="a build may take this times the longest build so far (with the implicit engine first, the "
+                         "slowest, below 1 lets more of the table start before the deadline)")
     ap.add_argument("--timing-cache", default=None,
                     help="default: /tmp/qdq22/<model>.timing, one per model (a cache shared across models made "
                          "TensorRT 8.6 report a Myelin error and then build the detectors for over 9 minutes)")
@@ -222,7 +225,7 @@ def main() -> None:
             log.info("%s: already in %s, kept", name, out / "table.json")
             continue
         ranked = name in RANK
-        est = (1.25 * max(seen_build) if seen_build else BUILD_ESTIMATE_S[args.model]) + 20  # build + measuring
+        est = (args.estimate_scale * max(seen_build) if seen_build else BUILD_ESTIMATE_S[args.model]) + 20  # build + measuring
         if ranked:
             est = 60 + 10 * (args.model != "mbv2")  # level 0-1 builds take 10-40 s
         if time.time() - t_start + est > args.deadline_s:
