@@ -9,7 +9,8 @@
 #                 earlier YOLOv3-tiny tables; the tree's simulation now picks mse there)
 # calib-home always holds what tests/gpu needs: the zoo's yolov8n-320 (plugin test) and minilm-l6 with its
 # sentences as arrays (no tokenizer there: CALIB_MINILM_NPZ), the third-party MTCNN P-Net (sensitivity test) and the
-# golden photos_224.npy. MINILM=0 leaves MiniLM out (about 90 MB less to send).
+# golden photos_224.npy. MINILM=0 leaves MiniLM out (about 90 MB less to send); HOME_ITEMS picks what of calib-home
+# travels (zoo thirdparty photos_224.npy minilm_sentences192.npz).
 set -euo pipefail
 kit=${1:?usage: gpu_stage.sh TRT_DEVICE_DIR [MODELS [MODELOPT_PYTHON [QDQ_PREPARE_ARGS...]]]}
 models=${2:-mbv2}
@@ -52,5 +53,14 @@ cp "$work/photos_224.npy" "$home/"
 
 "$py" benchmarks/qdq_prepare.py --out "$out" --models "$models" --photos224 "$home/photos_224.npy" \
   ${mo:+--modelopt-python "$mo"} "$@"
+# what travels: the models asked for (qdq22 keeps earlier ones) and calib-home's HOME_ITEMS (default all; e.g.
+# HOME_ITEMS=thirdparty for the P-Net sensitivity test alone: 24 parts with one model instead of 32 with three)
+send=$work/send
+mkdir -p "$send/qdq22" "$send/calib-home"
+cp "$out/qdq22/manifest.json" "$send/qdq22/"
+for m in ${models//,/ }; do cp -r "$out/qdq22/$m" "$send/qdq22/"; done
+for item in ${HOME_ITEMS:-zoo thirdparty photos_224.npy minilm_sentences192.npz}; do
+  if [ -e "$home/$item" ]; then cp -r "$home/$item" "$send/calib-home/"; fi
+done
 rm -rf .trt-stage
-bash "$kit/stage.sh" -r requirements-device.txt "$out/qdq22" "$home"
+bash "$kit/stage.sh" -r requirements-device.txt "$send/qdq22" "$send/calib-home"
