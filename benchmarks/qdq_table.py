@@ -225,7 +225,8 @@ def main() -> None:
             log.info("%s: already in %s, kept", name, out / "table.json")
             continue
         ranked = name in RANK
-        est = (args.estimate_scale * max(seen_build) if seen_build else BUILD_ESTIMATE_S[args.model]) + 20  # build + measuring
+        # build + measuring
+        est = (args.estimate_scale * max(seen_build) if seen_build else BUILD_ESTIMATE_S[args.model]) + 20
         if ranked:
             est = 60 + 10 * (args.model != "mbv2")  # level 0-1 builds take 10-40 s
         if time.time() - t_start + est > args.deadline_s:
