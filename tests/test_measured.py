@@ -233,6 +233,12 @@ def test_mobilenet_v2_at_batch_4_and_32_in_turns():
             "batch 32 on (batches timed: 1, 4, 32)") in lines
 
 
+def _leaky_convs(raw: str, engine: str) -> list[dict]:
+    """The fused Conv+LeakyRelu layers of one engine in the per-layer profile beside a raw table."""
+    prof = json.loads((ROOT / Path(raw).parent / "profile.json").read_text())
+    return [l for l in prof[engine]["layers"] if l["type"] == "CaskConvolution" and l["name"].endswith("_leaky)")]
+
+
 def test_yolov3_tiny_at_batch_32_in_turns_is_slower_than_implicit_and_says_why():
     """YOLOv3-tiny on a fourth H100 lease (2026-12-07), level 3, batch 32, the implicit engine and calib's default
     Q/DQ engine from the same percentile cache timed in turns (40 groups of 50 runs): the Q/DQ engine runs 0.95x the
@@ -245,14 +251,12 @@ def test_yolov3_tiny_at_batch_32_in_turns_is_slower_than_implicit_and_says_why()
         assert 0.94 < verdicts(t)[0]["speedup"] < 0.96
         raw = json.loads((ROOT / t["raw"]).read_text())
         assert all(x["alternated"] for x in raw_engines(t, raw).values()) and raw["repeats"] == 40
-    d = ROOT / Path(found[0]["raw"]).parent
-    table = json.loads((d / "table.json").read_text())["engines"]
+    table = json.loads((ROOT / Path(found[0]["raw"]).parent / "table.json").read_text())["engines"]
     assert abs(table["implicit"]["box_sqnr_db"] - table["calib-qdq"]["box_sqnr_db"]) < 0.5  # the same accuracy
-    prof = json.loads((d / "profile.json").read_text())
 
-    def arch(engine):
-        return {l["fused"][0 if engine == "implicit" else 2]: l["tactic"][:4] for l in prof[engine]["layers"]
-                if l["type"] == "CaskConvolution" and l["name"].endswith("_leaky)")}
+    def arch(engine):  # the Conv's name: first in the implicit engine's fused list, after the weights' Q in Q/DQ's
+        return {l["fused"][0 if engine == "implicit" else 2]: l["tactic"][:4]
+                for l in _leaky_convs(found[0]["raw"], engine)}
     imp, qdq = arch("implicit"), arch("calib-qdq")
     assert imp.keys() == qdq.keys() and len(imp) == 10
     assert sorted(k for k in imp if imp[k] == "sm90" and qdq[k] == "sm80") == [
@@ -263,10 +267,8 @@ def test_yolov3_tiny_at_batch_32_in_turns_is_slower_than_implicit_and_says_why()
     # non-linkable kernels on more layers as the batch grows (batch 1: none, 4: two, 32: six)
     non_linkable = {}
     for t in (t for t in tables(YOLOV3_TINY[0]) if t["level"] == 3):
-        prof = json.loads((ROOT / Path(t["raw"]).parent / "profile.json").read_text())
         for engine in ("implicit", "calib-qdq"):
-            convs = [l for l in prof[engine]["layers"]
-                     if l["type"] == "CaskConvolution" and l["name"].endswith("_leaky)")]
+            convs = _leaky_convs(t["raw"], engine)
             assert len(convs) == 10
             non_linkable[(t["batch"], engine)] = sum(not l["tactic"].endswith("linkable") for l in convs)
     assert non_linkable == {(1, "implicit"): 0, (4, "implicit"): 2, (32, "implicit"): 6,
