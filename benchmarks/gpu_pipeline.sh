@@ -24,7 +24,8 @@
 #   fp16-yolov3-tiny, fp16-mbv2    issue 31: the FP16+INT8 model (--float-type fp16)
 #               beside the FP32-float Q/DQ model, the implicit engine and FP16 (YOLOv3-tiny level 1 batch 4;
 #               MobileNetV2 level 3 batch 32)
-#   l3-yolov8n  YOLOv8n-320 at level 3, batch Y8_BATCH (4): implicit, calib-qdq, fp16, modelopt-qdq, then in turns
+#   l3-yolov8n  YOLOv8n-320 at level 3, batch Y8_BATCH (4): Y8_ENGINES (implicit, calib-qdq, fp16, modelopt-qdq), then
+#               in turns
 #   l3-yolov8n-alt  YOLOv8n-320 at level 3, batch 4: implicit, calib-qdq, then fp16, each set timed in turns
 #               (benchmarks/alternate.py: plain and CUDA-graph figures); KEEP_ENGINES=1 on collect brings engines back
 #   l3-yolov8n-resume  calib-qdq and modelopt-qdq beside the implicit and FP16 engines an earlier H100 lease
@@ -121,11 +122,12 @@ case $1 in
           done
           ;;
         l3-yolov8n)  # issue 40: level 3 at Y8_BATCH (4): the default placement beside the implicit engine and FP16
-          b=${Y8_BATCH:-4}
-          QDQ_DEADLINE=${Y8_DEADLINE:-1500} qdq yolov8n 3 "$b" implicit,calib-qdq,fp16,modelopt-qdq \
-            /tmp/qdq22/yolov8n-l3-b$b 1600 > "$R/l3-yolov8n-b$b.log" 2>&1
+          # (Y8_ENGINES: which, in build order; the deadline cuts the last ones)
+          b=${Y8_BATCH:-4} e=${Y8_ENGINES:-implicit,calib-qdq,fp16,modelopt-qdq}
+          QDQ_DEADLINE=${Y8_DEADLINE:-1500} qdq yolov8n 3 "$b" "$e" /tmp/qdq22/yolov8n-l3-b$b 1600 \
+            > "$R/l3-yolov8n-b$b.log" 2>&1
           echo "exit $?" >> "$R/l3-yolov8n-b$b.log"
-          turns /tmp/qdq22/yolov8n-l3-b$b implicit,calib-qdq,fp16,modelopt-qdq > "$R/alt-yolov8n-b$b.log" 2>&1
+          turns /tmp/qdq22/yolov8n-l3-b$b "$e" > "$R/alt-yolov8n-b$b.log" 2>&1
           ;;
         l3-mbv2)  # issue 40: MobileNetV2 at level 3, batch 1 then 4 (L3_BATCHES): implicit, calib's Q/DQ, FP16,
           # ModelOpt's Q/DQ (the staged qdq22 must hold mbv2: qdq_prepare.py --models mbv2)
