@@ -112,7 +112,14 @@ TABLES = [
      "raw": "benchmarks/trt86-h100/qdq-l3-yolov3-tiny-b32/yolov3-tiny-l3-b32/alternate.json",
      "timing": timing, "ms": ms, "names": {"qdq": "calib-qdq"}, "note": Y3_B32}
     for timing, ms in (("CUDA graph, in turns", {"implicit": 1.0151, "qdq": 1.0673}),
-                       ("in turns", {"implicit": 1.0588, "qdq": 1.1109}))]
+                       ("in turns", {"implicit": 1.0588, "qdq": 1.1109}))] + [
+    # YOLOv8n-320 at batch 1 on a fifth H100 lease: the implicit engine and calib's default Q/DQ engine (residual
+    # branch at the Conv) in turns (FP16 and ModelOpt's not built: the device time ran out)
+    {"model": "YOLOv8n-320", "sha256": YOLOV8N_320, "card": "NVIDIA H100", "tensorrt": "8.6.0", "level": 3,
+     "batch": 1, "date": "2026-12-07", "raw": "benchmarks/trt86-h100/qdq-l3-yolov8n-b1/yolov8n-l3-b1/alternate.json",
+     "timing": timing, "ms": ms, "names": {"qdq-residual-conv": "calib-qdq"}}
+    for timing, ms in (("CUDA graph, in turns", {"implicit": 0.4333, "qdq-residual-conv": 0.4377}),
+                       ("in turns", {"implicit": 0.9993, "qdq-residual-conv": 0.9893}))]
 LABELS = {"fp16": "FP16", "implicit": "implicit INT8", "qdq": "calib's Q/DQ model",
           "qdq-stem-float": "calib's Q/DQ model, stem output float", "modelopt": "ModelOpt's Q/DQ model",
           "qdq-residual-conv": "calib's Q/DQ model, residual branch at the Conv (the default)",
