@@ -27,13 +27,15 @@
 #   l3-yolov8n  YOLOv8n-320 at level 3, batch Y8_BATCH (4): Y8_ENGINES (implicit, calib-qdq, fp16, modelopt-qdq), then
 #               in turns
 #   l3-yolov8n-alt  YOLOv8n-320 at level 3, batch 4: implicit, calib-qdq, then fp16, each set timed in turns
-#               (benchmarks/alternate.py: plain and CUDA-graph figures); KEEP_ENGINES=1 on collect brings engines back
+#               (benchmarks/alternate.py: plain and CUDA-graph figures); collect brings engines back (KEEP_ENGINES=0: not)
 #   l3-yolov8n-resume  calib-qdq and modelopt-qdq beside the implicit and FP16 engines an earlier H100 lease
 #               brought back, all in turns
 #   l3-yolov8n-residual  calib-qdq-resconv and -resact (--residual-branch conv / act) beside the carried implicit,
 #               FP16 and calib-qdq engines, all five in turns
 #   l3-mbv2     MobileNetV2 at level 3, batch 1 and 4 (L3_BATCHES): implicit, calib-qdq, fp16, modelopt-qdq, then
 #               the built ones in turns (alternate.py: plain, CUDA graphs and the kernels one run launches)
+#   l3-resume   RESUME=MODEL:BATCH:CARRIED:BUILD: engines an earlier lease on the same card brought back (ENGINES_DIR,
+#               their rows from RESUME_RAW) beside new builds, all timed in turns
 #   gpu-tests   pytest -m gpu, a file of tests/gpu at a time (GPU_TESTS), each capped at TEST_FILE_S, all at TESTS_S;
 #               the golden photos from calib-home/photos_224.npy; the tests' figures (CALIB_GPU_OUT) in gpu-out/
 set -uo pipefail; shopt -s nullglob
@@ -169,6 +171,18 @@ case $1 in
           timeout 360 python3.10 benchmarks/alternate.py $D --engines implicit,calib-qdq,calib-qdq-resconv,calib-qdq-resact,fp16 \
             --name alternate-res > "$R/alt-yolov8n-res.log" 2>&1
           ;;
+        l3-resume)  # engines an earlier lease on the same card brought back (collect), new builds beside them, all in
+          # turns. RESUME=MODEL:BATCH:CARRIED:BUILD (e.g. yolov8n:1:implicit,calib-qdq:fp16,modelopt-qdq); the carried
+          # engines in ENGINES_DIR as collect names them (MODEL-l3-bBATCH-NAME.engine), their rows from RESUME_RAW (the
+          # committed raw folder of that table: table.json, layers.json, profile.json, NAME.engine.json)
+          IFS=: read -r m b carried build <<< "${RESUME:?RESUME=MODEL:BATCH:CARRIED:BUILD}"
+          n=$m-l3-b$b; D=/tmp/qdq22/$n E=${ENGINES_DIR:?} T=${RESUME_RAW:?}
+          mkdir -p $D/work && cp $T/table.json $T/layers.json $T/profile.json $D/
+          for e in ${carried//,/ }; do cp "$E/$n-$e.engine" $D/work/$e.engine && cp $T/$e.engine.json $D/work/; done
+          QDQ_DEADLINE=${RESUME_DEADLINE:-5000} qdq "$m" 3 "$b" "$build" $D 1600 > "$R/l3-$n-resume.log" 2>&1
+          echo "exit $?" >> "$R/l3-$n-resume.log"
+          turns $D "$carried,$build" > "$R/alt-$n-resume.log" 2>&1
+          ;;
         gpu-tests)  # the GPU tests of the tree (level 1), a file at a time: each capped at TEST_FILE_S, all at TESTS_S;
           # failures are printed when they happen (CALIB_GPU_INSTAFAIL) and the tests' figures go to gpu-out/
           start=$SECONDS end=$((SECONDS + ${TESTS_S:-400}))
@@ -200,7 +214,8 @@ case $1 in
       done
       for f in "$d"/work/*.engine.json; do cp "$f" "$R/qdq/$n/"; done
     done
-    if [ -n "${KEEP_ENGINES:-}" ]; then  # engines back (at most 5 of 16 MiB): timed again later on the same card
+    if [ "${KEEP_ENGINES:-1}" != 0 ]; then  # engines back (at most 5 of 16 MiB): timed again later on the same card
+      # (step l3-resume); KEEP_ENGINES=0 leaves them there
       k=0
       for f in /tmp/qdq22/*/work/*.engine; do
         [ $k -lt 5 ] && [ "$(stat -c %s "$f")" -lt 16000000 ] || continue
