@@ -253,6 +253,9 @@ def test_yolov3_tiny_at_batch_32_in_turns_is_slower_than_implicit_and_says_why()
         assert all(x["alternated"] for x in raw_engines(t, raw).values()) and raw["repeats"] == 40
     table = json.loads((ROOT / Path(found[0]["raw"]).parent / "table.json").read_text())["engines"]
     assert abs(table["implicit"]["box_sqnr_db"] - table["calib-qdq"]["box_sqnr_db"]) < 0.5  # the same accuracy
+    e = {k: table[k] for k in ("implicit", "calib-qdq")}  # as the note quotes it
+    assert (f"box SQNR {e['implicit']['box_sqnr_db']:.1f} against {e['calib-qdq']['box_sqnr_db']:.1f} dB, mAP50 vs FP32 "
+            f"{e['implicit']['map50_vs_fp32']:.3f} against {e['calib-qdq']['map50_vs_fp32']:.3f}") in found[0]["note"]
 
     def arch(engine):  # the Conv's name: first in the implicit engine's fused list, after the weights' Q in Q/DQ's
         return {l["fused"][0 if engine == "implicit" else 2]: l["tactic"][:4]

@@ -36,7 +36,8 @@ MBV2_ENQUEUED = ("each engine timed right after its build, not in turns: the Q/D
 
 Y3_B32 = ("at batch 32 TensorRT 8.6 ran the Q/DQ engine's fused Conv+LeakyRelu layers with Ampere (sm80) kernels where "
           "the implicit engine ran Hopper (sm90) ones on five of them; at batch 1 and 4 it was as fast or faster. The "
-          "implicit engine from the same cache (`calib build --cache`) is the faster one here")
+          "implicit engine from the same cache (`calib build --cache`) is the faster one here, at the same accuracy "
+          "(box SQNR 36.4 against 36.0 dB, mAP50 vs FP32 0.770 against 0.774)")
 
 TABLES = [
     {"model": "YOLOv3-tiny", "sha256": YOLOV3_TINY, "card": "NVIDIA H200", "tensorrt": "8.6.0", "level": 3,
