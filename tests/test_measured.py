@@ -13,6 +13,20 @@ from calib.deploy.measured import (MOBILENET_V2, TABLES, YOLOV3_TINY, YOLOV8N_32
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def _alternated(t: dict, repeats: int = 40) -> tuple[dict, dict]:
+    """A table timed in turns: its raw alternate.json and engines, each engine checked to have been alternated over
+    `repeats` groups."""
+    raw = json.loads((ROOT / t["raw"]).read_text())
+    engines = raw_engines(t, raw)
+    assert all(x["alternated"] for x in engines.values()) and raw["repeats"] == repeats
+    return raw, engines
+
+
+def _beside(raw: str, name: str) -> dict:
+    """A file of the raw folder of a table (table.json, profile.json)."""
+    return json.loads((ROOT / Path(raw).parent / name).read_text())
+
+
 @pytest.mark.parametrize("t", TABLES, ids=lambda t: f"{t['model']}-{t['card'][-4:]}-l{t['level']}-b{t['batch']}"
                                                  f"{'-graph' if t.get('timing', '').startswith('CUDA') else ''}{'-turns' if 'turns' in t.get('timing', '') else ''}")
 def test_every_quoted_timing_is_the_raw_tables(t):
@@ -144,8 +158,7 @@ def test_in_turns_graph_table_quotes_the_alternated_figures():
     implicit 0.4823, calib's Q/DQ 0.4886, FP16 0.5271, ModelOpt's Q/DQ 0.5374 ms: both of calib's INT8 engines pay
     against FP16 (1.09x, 1.08x); ModelOpt's Q/DQ engine ties with it (0.98x, within the 3 % tolerance)."""
     t = next(t for t in TABLES if "in turns" in t.get("timing", ""))
-    raw = json.loads((ROOT / t["raw"]).read_text())
-    assert raw["repeats"] == 60 and all(e["alternated"] and e["cuda_graph"] for e in raw_engines(t, raw).values())
+    assert all(e["cuda_graph"] for e in _alternated(t, repeats=60)[1].values())
     got = {v["engine"]: (v["verdict"], v["speedup"]) for v in verdicts(t)}
     assert got == {"implicit": ("pays", 1.093), "qdq": ("pays", 1.079), "modelopt": ("same", 0.981)}
     items = worth_blocks({"model_sha256": t["sha256"][0]})[2][1]
@@ -194,9 +207,7 @@ def test_mobilenet_v2_at_batch_1_in_turns():
     assert graph == {"implicit": ("same", 1.002), "qdq": ("same", 1.012), "modelopt": ("slower", 0.96)}
     assert plain == {"implicit": ("slower", 0.963), "qdq": ("same", 0.98), "modelopt": ("slower", 0.947)}
     for t in found:
-        raw = json.loads((ROOT / t["raw"]).read_text())
-        e = raw_engines(t, raw)
-        assert all(x["alternated"] for x in e.values()) and raw["repeats"] == 40
+        e = _alternated(t)[1]
         assert e["implicit"]["median_ms"] / e["calib-qdq"]["median_ms"] >= 1.0  # item 1: at least implicit's speed
     items = worth_blocks({"model_sha256": MOBILENET_V2[0]})[2][1]
     assert any(i.startswith("NVIDIA H100, TensorRT 8.6.0, builder level 3, batch 1, enqueued in turns (2026-12-07")
@@ -221,9 +232,8 @@ def test_mobilenet_v2_at_batch_4_and_32_in_turns():
     assert all(v == "pays" and x > 1.38 for key in [(32, "CUDA graph, in turns"), (32, "in turns")]
                for v, x in got[key].values())
     for t in found:
-        raw = json.loads((ROOT / t["raw"]).read_text())
-        e = raw_engines(t, raw)
-        assert all(x["alternated"] for x in e.values()) and raw["repeats"] == 40 and raw["batch"] == t["batch"]
+        raw, e = _alternated(t)
+        assert raw["batch"] == t["batch"]
         ratio = e["implicit"]["median_ms"] / e["calib-qdq"]["median_ms"]
         assert ratio >= 1.0 if t["batch"] == 4 else ratio >= 0.99  # item 1: implicit's speed, within timing noise
     lines = from_batch(tables(MOBILENET_V2[0]))
@@ -235,8 +245,8 @@ def test_mobilenet_v2_at_batch_4_and_32_in_turns():
 
 def _leaky_convs(raw: str, engine: str) -> list[dict]:
     """The fused Conv+LeakyRelu layers of one engine in the per-layer profile beside a raw table."""
-    prof = json.loads((ROOT / Path(raw).parent / "profile.json").read_text())
-    return [l for l in prof[engine]["layers"] if l["type"] == "CaskConvolution" and l["name"].endswith("_leaky)")]
+    return [l for l in _beside(raw, "profile.json")[engine]["layers"]
+            if l["type"] == "CaskConvolution" and l["name"].endswith("_leaky)")]
 
 
 def test_yolov3_tiny_at_batch_32_in_turns_is_slower_than_implicit_and_says_why():
@@ -249,13 +259,12 @@ def test_yolov3_tiny_at_batch_32_in_turns_is_slower_than_implicit_and_says_why()
     for t in found:
         assert [(v["engine"], v["against"], v["verdict"]) for v in verdicts(t)] == [("qdq", "implicit", "slower")]
         assert 0.94 < verdicts(t)[0]["speedup"] < 0.96
-        raw = json.loads((ROOT / t["raw"]).read_text())
-        assert all(x["alternated"] for x in raw_engines(t, raw).values()) and raw["repeats"] == 40
-    table = json.loads((ROOT / Path(found[0]["raw"]).parent / "table.json").read_text())["engines"]
-    assert abs(table["implicit"]["box_sqnr_db"] - table["calib-qdq"]["box_sqnr_db"]) < 0.5  # the same accuracy
-    e = {k: table[k] for k in ("implicit", "calib-qdq")}  # as the note quotes it
-    assert (f"box SQNR {e['implicit']['box_sqnr_db']:.1f} against {e['calib-qdq']['box_sqnr_db']:.1f} dB, mAP50 vs FP32 "
-            f"{e['implicit']['map50_vs_fp32']:.3f} against {e['calib-qdq']['map50_vs_fp32']:.3f}") in found[0]["note"]
+        _alternated(t)
+    table = _beside(found[0]["raw"], "table.json")["engines"]
+    i8, qq = table["implicit"], table["calib-qdq"]
+    assert abs(i8["box_sqnr_db"] - qq["box_sqnr_db"]) < 0.5  # the same accuracy, as the note quotes it
+    assert (f"box SQNR {i8['box_sqnr_db']:.1f} against {qq['box_sqnr_db']:.1f} dB, mAP50 vs FP32 "
+            f"{i8['map50_vs_fp32']:.3f} against {qq['map50_vs_fp32']:.3f}") in found[0]["note"]
 
     def arch(engine):  # the Conv's name: first in the implicit engine's fused list, after the weights' Q in Q/DQ's
         return {l["fused"][0 if engine == "implicit" else 2]: l["tactic"][:4]
@@ -289,11 +298,10 @@ def test_yolov8n_at_batch_1_in_turns_runs_the_default_at_the_implicit_engines_sp
         vs = verdicts(t)
         assert [(v["engine"], v["against"], v["verdict"]) for v in vs] == [("qdq-residual-conv", "implicit", "same")]
         said.append(sentence(t, vs[0]))
-        raw = json.loads((ROOT / t["raw"]).read_text())
-        assert all(x["alternated"] for x in raw_engines(t, raw).values()) and raw["repeats"] == 40
+        _alternated(t)
     assert said[0].startswith("calib's Q/DQ model, residual branch at the Conv (the default) 0.4377 ms against "
                               "implicit INT8 0.4333 ms, 0.99x: as fast")
-    table = json.loads((ROOT / Path(found[0]["raw"]).parent / "table.json").read_text())["engines"]
+    table = _beside(found[0]["raw"], "table.json")["engines"]
     assert "--residual-branch conv (the default)" in table["calib-qdq"]["convert"]
     assert table["calib-qdq"]["map50_vs_fp32"] > table["implicit"]["map50_vs_fp32"] > 0.9
     # one residual form timed: the placement rows keep quoting the batch-4 table that timed all three

@@ -11,7 +11,7 @@ from calib.deploy import precision as P
 from calib.deploy.simulate import simulated_model
 from calib.errors import CalibError
 from calib.quantize.cache import read_cache
-from calib.quantize.qdq import quantizable_layers
+from calib.quantize.qdq import Exclusions, quantizable_layers
 from calib.quantize.qdq import count_qdq, insert_qdq
 from calib.runners.onnxruntime import OrtRunner
 from conftest import ROOT, golden
@@ -242,8 +242,6 @@ def test_implicit_rules_with_a_float_layer_leave_the_layers_that_only_fed_it_flo
     amax = {"x": 1.0, "xt": 1.0, "c1": 3.0, "p1": 2.0, "y": 5.0}
     assert set(_scales(simulated_model(m, amax, pm))) == {"p1"}  # conv1 in float writes float into the PRelu
     # the same through simulated_model's exclusions (recover's and --exclude's variants): the rules run again
-    from calib.quantize.qdq import Exclusions
-
     assert _scales(simulated_model(m, amax, P.implicit_rules(m), Exclusions(("conv1",)))) == {"p1": [2.0]}
 
 
@@ -279,8 +277,6 @@ def test_simulation_of_an_engine_as_built_rounds_the_tensors_it_stored_in_int8()
     assert _scales(simulated_model(m, amax, unknown))["c1"] == [3.0]  # the guess: a PRelu reads INT8
     assert set(_scales(simulated_model(m, amax, wrote_float))) == {"x", "xt", "p1"}  # the INT8 layers as before
     # conv1 asked in float on top of that engine (--exclude): it writes float, so the PRelu reads c1 unrounded
-    from calib.quantize.qdq import Exclusions
-
     assert "c1" not in _scales(simulated_model(m, amax, wrote_int8, Exclusions(("conv1",))))
 
 

@@ -39,6 +39,19 @@ Y3_B32 = ("at batch 32 TensorRT 8.6 ran the Q/DQ engine's fused Conv+LeakyRelu l
           "implicit engine from the same cache (`calib build --cache`) is the faster one here, at the same accuracy "
           "(box SQNR 36.4 against 36.0 dB, mAP50 vs FP32 0.770 against 0.774)")
 
+MBV2_NAMES = {"qdq": "calib-qdq", "modelopt": "modelopt-qdq"}
+
+
+def _in_turns(model: str, sha256: tuple, batch: int, folder: str, names: dict, graph_ms: dict, plain_ms: dict,
+              **extra) -> list[dict]:
+    """One table of engines timed in turns on an H100 at level 3 (2026-12-07), as its two entries: the CUDA-graph
+    figures and the enqueued ones, from benchmarks/trt86-h100/FOLDER/alternate.json."""
+    return [{"model": model, "sha256": sha256, "card": "NVIDIA H100", "tensorrt": "8.6.0", "level": 3, "batch": batch,
+             "date": "2026-12-07", "raw": f"benchmarks/trt86-h100/{folder}/alternate.json", "timing": timing,
+             "ms": ms, "names": names, **extra}
+            for timing, ms in (("CUDA graph, in turns", graph_ms), ("in turns", plain_ms))]
+
+
 TABLES = [
     {"model": "YOLOv3-tiny", "sha256": YOLOV3_TINY, "card": "NVIDIA H200", "tensorrt": "8.6.0", "level": 3,
      "batch": 4, "date": "2026-12-06", "raw": "benchmarks/trt86-h200/qdq-l3-stem/table.json",
@@ -91,36 +104,24 @@ TABLES = [
                          (1, False, {"fp16": 0.2233, "implicit": 0.2406, "qdq": 0.2997}),
                          (4, False, {"fp16": 0.2771, "implicit": 0.2595, "qdq": 0.3593}))] + [
     # MobileNetV2 at batch 1 on another H100 lease: the four engines timed in turns, as CUDA graphs and enqueued
-    {"model": "MobileNetV2", "sha256": MOBILENET_V2, "card": "NVIDIA H100", "tensorrt": "8.6.0", "level": 3,
-     "batch": 1, "date": "2026-12-07", "raw": "benchmarks/trt86-h100/qdq-l3-mbv2-b1-turns/mbv2-l3-b1/alternate.json",
-     "timing": timing, "ms": ms, "names": {"qdq": "calib-qdq", "modelopt": "modelopt-qdq"}}
-    for timing, ms in (("CUDA graph, in turns", {"fp16": 0.1688, "implicit": 0.1685, "qdq": 0.1668, "modelopt": 0.1758}),
-                       ("in turns", {"fp16": 0.2268, "implicit": 0.2355, "qdq": 0.2315, "modelopt": 0.2394}))] + [
+    *_in_turns("MobileNetV2", MOBILENET_V2, 1, "qdq-l3-mbv2-b1-turns/mbv2-l3-b1", MBV2_NAMES,
+               {"fp16": 0.1688, "implicit": 0.1685, "qdq": 0.1668, "modelopt": 0.1758},
+               {"fp16": 0.2268, "implicit": 0.2355, "qdq": 0.2315, "modelopt": 0.2394}),
     # MobileNetV2 at batch 4 and 32 on a third H100 lease: the four engines of each batch timed in turns
-    {"model": "MobileNetV2", "sha256": MOBILENET_V2, "card": "NVIDIA H100", "tensorrt": "8.6.0", "level": 3,
-     "batch": b, "date": "2026-12-07",
-     "raw": f"benchmarks/trt86-h100/qdq-l3-mbv2-b4-b32-turns/mbv2-l3-b{b}/alternate.json",
-     "timing": timing, "ms": ms, "names": {"qdq": "calib-qdq", "modelopt": "modelopt-qdq"}}
-    for b, timing, ms in (
-        (4, "CUDA graph, in turns", {"fp16": 0.2062, "implicit": 0.1999, "qdq": 0.1857, "modelopt": 0.2000}),
-        (4, "in turns", {"fp16": 0.2583, "implicit": 0.2548, "qdq": 0.2432, "modelopt": 0.2622}),
-        (32, "CUDA graph, in turns", {"fp16": 0.6041, "implicit": 0.4133, "qdq": 0.4107, "modelopt": 0.4180}),
-        (32, "in turns", {"fp16": 0.6564, "implicit": 0.4643, "qdq": 0.4673, "modelopt": 0.4728}))] + [
+    *_in_turns("MobileNetV2", MOBILENET_V2, 4, "qdq-l3-mbv2-b4-b32-turns/mbv2-l3-b4", MBV2_NAMES,
+               {"fp16": 0.2062, "implicit": 0.1999, "qdq": 0.1857, "modelopt": 0.2000},
+               {"fp16": 0.2583, "implicit": 0.2548, "qdq": 0.2432, "modelopt": 0.2622}),
+    *_in_turns("MobileNetV2", MOBILENET_V2, 32, "qdq-l3-mbv2-b4-b32-turns/mbv2-l3-b32", MBV2_NAMES,
+               {"fp16": 0.6041, "implicit": 0.4133, "qdq": 0.4107, "modelopt": 0.4180},
+               {"fp16": 0.6564, "implicit": 0.4643, "qdq": 0.4673, "modelopt": 0.4728}),
     # YOLOv3-tiny at batch 32 on a fourth H100 lease: the implicit engine and calib's default Q/DQ engine in turns
     # (FP16, ModelOpt's and the stem-float engine not built: the device time ran out)
-    {"model": "YOLOv3-tiny", "sha256": YOLOV3_TINY, "card": "NVIDIA H100", "tensorrt": "8.6.0", "level": 3,
-     "batch": 32, "date": "2026-12-07",
-     "raw": "benchmarks/trt86-h100/qdq-l3-yolov3-tiny-b32/yolov3-tiny-l3-b32/alternate.json",
-     "timing": timing, "ms": ms, "names": {"qdq": "calib-qdq"}, "note": Y3_B32}
-    for timing, ms in (("CUDA graph, in turns", {"implicit": 1.0151, "qdq": 1.0673}),
-                       ("in turns", {"implicit": 1.0588, "qdq": 1.1109}))] + [
+    *_in_turns("YOLOv3-tiny", YOLOV3_TINY, 32, "qdq-l3-yolov3-tiny-b32/yolov3-tiny-l3-b32", {"qdq": "calib-qdq"},
+               {"implicit": 1.0151, "qdq": 1.0673}, {"implicit": 1.0588, "qdq": 1.1109}, note=Y3_B32),
     # YOLOv8n-320 at batch 1 on a fifth H100 lease: the implicit engine and calib's default Q/DQ engine (residual
     # branch at the Conv) in turns (FP16 and ModelOpt's not built: the device time ran out)
-    {"model": "YOLOv8n-320", "sha256": YOLOV8N_320, "card": "NVIDIA H100", "tensorrt": "8.6.0", "level": 3,
-     "batch": 1, "date": "2026-12-07", "raw": "benchmarks/trt86-h100/qdq-l3-yolov8n-b1/yolov8n-l3-b1/alternate.json",
-     "timing": timing, "ms": ms, "names": {"qdq-residual-conv": "calib-qdq"}}
-    for timing, ms in (("CUDA graph, in turns", {"implicit": 0.4333, "qdq-residual-conv": 0.4377}),
-                       ("in turns", {"implicit": 0.9993, "qdq-residual-conv": 0.9893}))]
+    *_in_turns("YOLOv8n-320", YOLOV8N_320, 1, "qdq-l3-yolov8n-b1/yolov8n-l3-b1", {"qdq-residual-conv": "calib-qdq"},
+               {"implicit": 0.4333, "qdq-residual-conv": 0.4377}, {"implicit": 0.9993, "qdq-residual-conv": 0.9893})]
 LABELS = {"fp16": "FP16", "implicit": "implicit INT8", "qdq": "calib's Q/DQ model",
           "qdq-stem-float": "calib's Q/DQ model, stem output float", "modelopt": "ModelOpt's Q/DQ model",
           "qdq-residual-conv": "calib's Q/DQ model, residual branch at the Conv (the default)",
