@@ -41,14 +41,20 @@
 set -uo pipefail; shopt -s nullglob
 P=/tmp/pipe R=/tmp/pipe/res
 case $1 in
-  start)
-    rm -rf /tmp/calib-run "$P" && mkdir -p "$R" /tmp/calib-run
+  start)  # from the tree of the call (the script's own), never from /tmp/calib-run, which this replaces
+    src=$(cd "$(dirname "$0")/.." 2>/dev/null && pwd -P) || { echo "start: the script's tree is gone" >&2; exit 2; }
+    [ "$src" = /tmp/calib-run ] && { echo "start: run the call's own benchmarks/gpu_pipeline.sh, not" \
+      "/tmp/calib-run's (start replaces that copy)" >&2; exit 2; }
+    cd "$src" && rm -rf /tmp/calib-run "$P" && mkdir -p "$R" /tmp/calib-run
     tar cf - --exclude=./.trt-stage --exclude=./.git --exclude=./.venv . | tar xf - -C /tmp/calib-run
     cd /tmp/calib-run && setsid nohup bash benchmarks/gpu_pipeline.sh run "$2" > "$P/pipeline.log" 2>&1 < /dev/null &
-    sleep 1; echo "pipeline started: $2"
+    sleep "${START_CHECK_S:-5}"  # a pipeline that died at once says so here, not at the end of the call
+    grep -q " start " "$P/progress.log" 2>/dev/null && kill -0 "$(cat "$P/pid" 2>/dev/null)" 2>/dev/null \
+      || [ -f "$P/done" ] || { echo "pipeline did not start: $2" >&2; tail -5 "$P/pipeline.log" >&2; exit 1; }
+    echo "pipeline started: $2"
     ;;
   run)
-    . "${TRT_ENV:-/opt/trt86.env}"
+    . "${TRT_ENV:-/opt/trt86.env}" || { echo "no TensorRT environment: ${TRT_ENV:-/opt/trt86.env}"; exit 1; }
     export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 CALIB_HOME=/opt/extra/calib-home TESTS_S=${TESTS_S:-400} \
       CALIB_MINILM_NPZ=/opt/extra/calib-home/minilm_sentences192.npz
     export CALIB_TRT_TACTIC_SOURCES=${CALIB_TRT_TACTIC_SOURCES:-EDGE_MASK_CONVOLUTIONS,JIT_CONVOLUTIONS}
