@@ -182,7 +182,10 @@ case $1 in
           # engines in ENGINES_DIR as collect names them (MODEL-l3-bBATCH-NAME.engine), their rows from RESUME_RAW (the
           # committed raw folder of that table: table.json, layers.json, profile.json, NAME.engine.json)
           IFS=: read -r m b carried build <<< "${RESUME:?RESUME=MODEL:BATCH:CARRIED:BUILD}"
-          n=$m-l3-b$b; D=/tmp/qdq22/$n E=${ENGINES_DIR:?} T=${RESUME_RAW:?}
+          n=$m-l3-b$b; D=/tmp/qdq22/$n E=${ENGINES_DIR:?} T=${RESUME_RAW:?} card=$(head -1 "$R/device.txt" | cut -d, -f1)
+          other=$(for e in ${carried//,/ }; do grep -L "\"gpu\": \"$card (" "$T/$e.engine.json"; done)
+          if [ -z "$card" ] || [ -n "$other" ]; then  # an engine plan runs on another card, but its table would mix two
+            log "l3-resume: not resumed: engines built on another card than '$card': $other"; continue; fi
           mkdir -p $D/work && cp $T/table.json $T/layers.json $T/profile.json $D/
           for e in ${carried//,/ }; do cp "$E/$n-$e.engine" $D/work/$e.engine && cp $T/$e.engine.json $D/work/; done
           QDQ_DEADLINE=${RESUME_DEADLINE:-5000} qdq "$m" 3 "$b" "$build" $D 1600 > "$R/l3-$n-resume.log" 2>&1
