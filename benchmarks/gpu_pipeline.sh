@@ -35,7 +35,8 @@
 #   l3-mbv2     MobileNetV2 at level 3, batch 1 and 4 (L3_BATCHES): implicit, calib-qdq, fp16, modelopt-qdq, then
 #               the built ones in turns (alternate.py: plain, CUDA graphs and the kernels one run launches)
 #   l3-resume   RESUME=MODEL:BATCH:CARRIED:BUILD: engines an earlier lease on the same card brought back (ENGINES_DIR,
-#               their rows from RESUME_RAW) beside new builds, all timed in turns
+#               with MODEL.timing where collect brought the timing cache; their rows from RESUME_RAW) beside new
+#               builds, all timed in turns
 #   gpu-tests   pytest -m gpu, a file of tests/gpu at a time (GPU_TESTS), each capped at TEST_FILE_S, all at TESTS_S;
 #               the golden photos from calib-home/photos_224.npy; the tests' figures (CALIB_GPU_OUT) in gpu-out/
 set -uo pipefail; shopt -s nullglob
@@ -188,6 +189,7 @@ case $1 in
             log "l3-resume: not resumed: engines built on another card than '$card': $other"; continue; fi
           mkdir -p $D/work && cp $T/table.json $T/layers.json $T/profile.json $D/
           for e in ${carried//,/ }; do cp "$E/$n-$e.engine" $D/work/$e.engine && cp $T/$e.engine.json $D/work/; done
+          [ -f "$E/$m.timing" ] && cp "$E/$m.timing" /tmp/qdq22/  # the timing cache collect brought back with them
           QDQ_DEADLINE=${RESUME_DEADLINE:-5000} qdq "$m" 3 "$b" "$build" $D 1600 > "$R/l3-$n-resume.log" 2>&1
           echo "exit $?" >> "$R/l3-$n-resume.log"
           turns $D "$carried,$build" > "$R/alt-$n-resume.log" 2>&1
@@ -230,6 +232,8 @@ case $1 in
         [ $k -lt 5 ] && [ "$(stat -c %s "$f")" -lt 16000000 ] || continue
         cp "$f" "$out/$(basename "$(dirname "$(dirname "$f")")")-$(basename "$f")"; k=$((k + 1))
       done
+      # and each model's timing cache: l3-resume seeds the next builds with the tactic timings already measured
+      for f in /tmp/qdq22/*.timing; do [ "$(stat -c %s "$f")" -lt 16000000 ] && cp "$f" "$out/"; done
     fi
     tar czf "$out/res.tgz" --exclude='*.engine' --exclude='*.onnx' --exclude='*.timing' -C "$P" res pipeline.log \
       progress.log 2>/dev/null
