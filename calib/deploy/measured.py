@@ -39,11 +39,11 @@ Y3_B32 = ("at batch 32 TensorRT 8.6 ran the Q/DQ engine's fused Conv+LeakyRelu l
           "implicit engine from the same cache (`calib build --cache`) is the faster one here, at the same accuracy "
           "(box SQNR 36.4 against 36.0 dB, mAP50 vs FP32 0.770 against 0.774)")
 
-Y3_B32_REBUILD = ("the same two engines rebuilt on a sixth lease: the Q/DQ engine got the same kernels (Ampere on the "
-                  "same five fused Conv+LeakyRelu layers) and ran as before (1.064 against 1.067 ms as CUDA graphs); "
-                  "the implicit engine's figure moved 3 % (1.015 to 1.050 ms, its FP32 box-decoding layers). Over two "
-                  "builds the Q/DQ engine is 0.95-0.99x: at batch 32 the implicit engine from the same cache (`calib "
-                  "build --cache`) is the at-least-as-fast one, at the same accuracy")
+Y3_B32_REBUILD = ("the same two engines rebuilt on another H100 the same day: the Q/DQ engine got the same kernels "
+                  "(Ampere on the same five fused Conv+LeakyRelu layers) and ran as before (1.064 against 1.067 ms as "
+                  "CUDA graphs); the implicit engine's figure moved 3 % (1.015 to 1.050 ms, its FP32 box-decoding "
+                  "layers). Over two builds the Q/DQ engine is 0.95-0.99x: at batch 32 the implicit engine from the "
+                  "same cache (`calib build --cache`) is the at-least-as-fast one, at the same accuracy")
 
 MBV2_NAMES = {"qdq": "calib-qdq", "modelopt": "modelopt-qdq"}
 
@@ -124,7 +124,7 @@ TABLES = [
     # (FP16, ModelOpt's and the stem-float engine not built: the device time ran out)
     *_in_turns("YOLOv3-tiny", YOLOV3_TINY, 32, "qdq-l3-yolov3-tiny-b32/yolov3-tiny-l3-b32", {"qdq": "calib-qdq"},
                {"implicit": 1.0151, "qdq": 1.0673}, {"implicit": 1.0588, "qdq": 1.1109}, note=Y3_B32),
-    # the same two engines rebuilt and timed in turns on a sixth H100 lease (FP16 and ModelOpt's not built: the time)
+    # the same two engines rebuilt on another H100 and timed in turns (FP16 and ModelOpt's not built: the time ran out)
     *_in_turns("YOLOv3-tiny", YOLOV3_TINY, 32, "qdq-l3-yolov3-tiny-b32-rebuild/yolov3-tiny-l3-b32",
                {"qdq": "calib-qdq"}, {"implicit": 1.0498, "qdq": 1.0638}, {"implicit": 1.1118, "qdq": 1.1193},
                note=Y3_B32_REBUILD),
