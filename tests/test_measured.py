@@ -250,6 +250,12 @@ def _leaky_convs(raw: str, engine: str) -> list[dict]:
             if l["type"] == "CaskConvolution" and l["name"].endswith("_leaky)")]
 
 
+def _conv_kernels(raw: str, engine: str) -> dict:
+    """Each fused Conv+LeakyRelu's kernel family (sm80, sm90) by its Conv's name: first in the implicit engine's fused
+    list, after the weights' Q in a Q/DQ engine's."""
+    return {l["fused"][0 if engine == "implicit" else 2]: l["tactic"][:4] for l in _leaky_convs(raw, engine)}
+
+
 def test_yolov3_tiny_at_batch_32_in_turns_is_slower_than_implicit_and_says_why():
     """YOLOv3-tiny on a fourth H100 lease (2026-12-07), level 3, batch 32, the implicit engine and calib's default
     Q/DQ engine from the same percentile cache timed in turns (40 groups of 50 runs): the Q/DQ engine runs 0.95x the
@@ -266,11 +272,7 @@ def test_yolov3_tiny_at_batch_32_in_turns_is_slower_than_implicit_and_says_why()
     assert abs(i8["box_sqnr_db"] - qq["box_sqnr_db"]) < 0.5  # the same accuracy, as the note quotes it
     assert (f"box SQNR {i8['box_sqnr_db']:.1f} against {qq['box_sqnr_db']:.1f} dB, mAP50 vs FP32 "
             f"{i8['map50_vs_fp32']:.3f} against {qq['map50_vs_fp32']:.3f}") in found[0]["note"]
-
-    def arch(engine):  # the Conv's name: first in the implicit engine's fused list, after the weights' Q in Q/DQ's
-        return {l["fused"][0 if engine == "implicit" else 2]: l["tactic"][:4]
-                for l in _leaky_convs(found[0]["raw"], engine)}
-    imp, qdq = arch("implicit"), arch("calib-qdq")
+    imp, qdq = (_conv_kernels(found[0]["raw"], engine) for engine in ("implicit", "calib-qdq"))
     assert imp.keys() == qdq.keys() and len(imp) == 10
     assert sorted(k for k in imp if imp[k] == "sm90" and qdq[k] == "sm80") == [
         f"layer{i}_convolutional" for i in (10, 12, 14, 21, 8)]
@@ -305,11 +307,8 @@ def test_yolov3_tiny_at_batch_32_rebuilt_moves_the_implicit_engine_not_the_qdq_o
     assert f"{qdq[1]:.3f} against {qdq[0]:.3f} ms" in again[0]["note"]
     assert f"{imp[0]:.3f} to {imp[1]:.3f} ms" in again[0]["note"]
     assert "0.95-0.99x" in again[0]["note"] and "calib build --cache" in again[0]["note"]
-
-    def kernels(raw, engine):  # each fused Conv+LeakyRelu's kernel family, by its Conv's name
-        return {l["fused"][0 if engine == "implicit" else 2]: l["tactic"][:4] for l in _leaky_convs(raw, engine)}
     for engine in ("implicit", "calib-qdq"):
-        assert kernels(first[0]["raw"], engine) == kernels(again[0]["raw"], engine)
+        assert _conv_kernels(first[0]["raw"], engine) == _conv_kernels(again[0]["raw"], engine)
     # where the implicit engine's time went: its FP32 layers (box decoding), not its INT8 convolutions
     by_prec = [_beside(t["raw"], "profile.json")["implicit"]["ms_by_precision"] for t in (first[0], again[0])]
     assert by_prec[1]["fp32"] - by_prec[0]["fp32"] > 0.04 and by_prec[1]["int8"] < by_prec[0]["int8"]
