@@ -2,7 +2,8 @@
 # Issue 32's GPU work as one background pipeline on the device machine, so that no build is cut at the end of a
 # device call: `start` copies the tree to /tmp/calib-run and runs the steps there one after another, detached
 # (setsid: it outlives the call that starts it and runs until the machine goes back); `collect` waits for it up to
-# WAIT_S seconds and packs what is there into OUT (two files: res.tgz and progress.log; the tables on stdout).
+# WAIT_S seconds and packs what is there into OUT (res.tgz and progress.log, the engines and timing caches unless
+# KEEP_ENGINES=0; the tables on stdout).
 #   bash benchmarks/gpu_pipeline.sh start STEP[,STEP...]
 #   bash benchmarks/gpu_pipeline.sh collect OUT WAIT_S
 #   bash benchmarks/gpu_pipeline.sh stop
@@ -188,7 +189,15 @@ case $1 in
           if [ -z "$card" ] || [ -n "$other" ]; then  # an engine plan runs on another card, but its table would mix two
             log "l3-resume: not resumed: engines built on another card than '$card': $other"; continue; fi
           mkdir -p $D/work && cp $T/table.json $T/layers.json $T/profile.json $D/
-          for e in ${carried//,/ }; do cp "$E/$n-$e.engine" $D/work/$e.engine && cp $T/$e.engine.json $D/work/; done
+          bad=
+          for e in ${carried//,/ }; do  # whole, or in the parts collect splits an engine over 15 MB into; each must
+            # be the plan its sidecar names (a missing part, a wrong file)
+            f=$D/work/$e.engine parts=("$E/$n-$e.engine".part?)
+            if [ -f "$E/$n-$e.engine" ]; then cp "$E/$n-$e.engine" "$f"; else cat "${parts[@]}" /dev/null > "$f"; fi
+            cp $T/$e.engine.json $D/work/
+            grep -q "\"engine_sha256\": \"$(sha256sum < "$f" | cut -c1-64)\"" "$T/$e.engine.json" || bad="$bad $e"
+          done
+          if [ -n "$bad" ]; then log "l3-resume: not resumed: engines not the plans their sidecars name:$bad"; continue; fi
           [ -f "$E/$m.timing" ] && cp "$E/$m.timing" /tmp/qdq22/  # the timing cache collect brought back with them
           QDQ_DEADLINE=${RESUME_DEADLINE:-5000} qdq "$m" 3 "$b" "$build" $D 1600 > "$R/l3-$n-resume.log" 2>&1
           echo "exit $?" >> "$R/l3-$n-resume.log"
@@ -225,12 +234,16 @@ case $1 in
       done
       for f in "$d"/work/*.engine.json; do cp "$f" "$R/qdq/$n/"; done
     done
-    if [ "${KEEP_ENGINES:-1}" != 0 ]; then  # engines back (at most 5 of 16 MiB): timed again later on the same card
-      # (step l3-resume); KEEP_ENGINES=0 leaves them there
-      k=0
+    if [ "${KEEP_ENGINES:-1}" != 0 ]; then  # engines back, timed again later on the same card (step l3-resume);
+      # KEEP_ENGINES=0 leaves them there. What comes back is at most 8 files of 16 MiB: 5 files and 48 MiB for the
+      # engines, one over 15 MB in parts of 15 MB (NAME.engine.part0, part1, ...: l3-resume joins them)
+      k=0 used=0
       for f in /tmp/qdq22/*/work/*.engine; do
-        [ $k -lt 5 ] && [ "$(stat -c %s "$f")" -lt 16000000 ] || continue
-        cp "$f" "$out/$(basename "$(dirname "$(dirname "$f")")")-$(basename "$f")"; k=$((k + 1))
+        s=$(stat -c %s "$f") name=$(basename "$(dirname "$(dirname "$f")")")-$(basename "$f")
+        parts=$(( (s + 14999999) / 15000000 ))
+        [ $((k + parts)) -le 5 ] && [ $((used + s)) -le 50331648 ] || continue
+        if [ "$parts" -eq 1 ]; then cp "$f" "$out/$name"; else split -b 15000000 -d -a 1 "$f" "$out/$name.part"; fi
+        k=$((k + parts)) used=$((used + s))
       done
       # and each model's timing cache: l3-resume seeds the next builds with the tactic timings already measured
       for f in /tmp/qdq22/*.timing; do [ "$(stat -c %s "$f")" -lt 16000000 ] && cp "$f" "$out/"; done
