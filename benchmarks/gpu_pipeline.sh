@@ -185,19 +185,20 @@ case $1 in
           # committed raw folder of that table: table.json, layers.json, profile.json, NAME.engine.json)
           IFS=: read -r m b carried build <<< "${RESUME:?RESUME=MODEL:BATCH:CARRIED:BUILD}"
           n=$m-l3-b$b; D=/tmp/qdq22/$n E=${ENGINES_DIR:?} T=${RESUME_RAW:?} card=$(head -1 "$R/device.txt" | cut -d, -f1)
-          other=$(for e in ${carried//,/ }; do grep -L "\"gpu\": \"$card (" "$T/$e.engine.json"; done)
-          if [ -z "$card" ] || [ -n "$other" ]; then  # an engine plan runs on another card, but its table would mix two
-            log "l3-resume: not resumed: engines built on another card than '$card': $other"; continue; fi
-          mkdir -p $D/work && cp $T/table.json $T/layers.json $T/profile.json $D/
-          bad=
-          for e in ${carried//,/ }; do  # whole, or in the parts collect splits an engine over 15 MB into; each must
-            # be the plan its sidecar names (a missing part, a wrong file)
+          other= bad=; mkdir -p $D/work
+          for e in ${carried//,/ }; do  # each built on this card (an engine plan runs on another card, but its table
+            # would mix two) and the plan its sidecar names (a missing part, a wrong file); whole, or in the parts
+            # collect splits an engine over 15 MB into
+            grep -q "\"gpu\": \"$card (" "$T/$e.engine.json" || other="$other $e"
             f=$D/work/$e.engine parts=("$E/$n-$e.engine".part?)
             if [ -f "$E/$n-$e.engine" ]; then cp "$E/$n-$e.engine" "$f"; else cat "${parts[@]}" /dev/null > "$f"; fi
             cp $T/$e.engine.json $D/work/
             grep -q "\"engine_sha256\": \"$(sha256sum < "$f" | cut -c1-64)\"" "$T/$e.engine.json" || bad="$bad $e"
           done
-          if [ -n "$bad" ]; then log "l3-resume: not resumed: engines not the plans their sidecars name:$bad"; continue; fi
+          if [ -z "$card" ] || [ -n "$other$bad" ]; then  # nothing of it left for collect to take for a table
+            rm -rf $D; log "l3-resume: not resumed: built on another card than '$card':${other:- none};" \
+              "not the plans their sidecars name:${bad:- none}"; continue; fi
+          cp $T/table.json $T/layers.json $T/profile.json $D/
           [ -f "$E/$m.timing" ] && cp "$E/$m.timing" /tmp/qdq22/  # the timing cache collect brought back with them
           QDQ_DEADLINE=${RESUME_DEADLINE:-5000} qdq "$m" 3 "$b" "$build" $D 1600 > "$R/l3-$n-resume.log" 2>&1
           echo "exit $?" >> "$R/l3-$n-resume.log"
