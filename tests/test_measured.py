@@ -332,7 +332,8 @@ def test_yolov3_tiny_at_batch_32_int8_pays_against_fp16_built_beside_the_carried
     assert "1.13x FP16's speed enqueued, 1.14x as CUDA graphs" in found[0]["note"]
     assert "Q/DQ engine ran 0.99x the implicit one again" in found[0]["note"]
     raw = found[0]["raw"]
-    table = _beside(raw, "table.json")["engines"]
+    doc = _beside(raw, "table.json")
+    table = doc["engines"]
     maps = [f"{table[k]['map50_vs_fp32']:.3f}" for k in ("implicit", "calib-qdq", "fp16")]
     assert f"mAP50 vs FP32 {maps[0]} and {maps[1]} where FP16 keeps {maps[2]}" in found[0]["note"]
     # the carried engines are the rebuild's (the same sidecars); FP16 was built on the card that timed all three
@@ -340,7 +341,7 @@ def test_yolov3_tiny_at_batch_32_int8_pays_against_fp16_built_beside_the_carried
     for engine in ("implicit", "calib-qdq"):
         assert _beside(raw, f"{engine}.engine.json") == _beside(rebuilt, f"{engine}.engine.json")
     fp16 = _beside(raw, "fp16.engine.json")
-    assert fp16["gpu"] == _beside(raw, "table.json")["gpu"] == "NVIDIA H100 80GB HBM3 (sm_90)"
+    assert fp16["gpu"] == doc["gpu"] == "NVIDIA H100 80GB HBM3 (sm_90)"
     assert (fp16["optimization_level"], fp16["explicit_qdq"], fp16["model_sha256"]) == (3, False, YOLOV3_TINY[0])
     items = worth_blocks({"model_sha256": YOLOV3_TINY[0]})[2][1]
     assert any("tiny-b32-fp16/" in i and "implicit INT8 1.1097 ms against FP16 1.2507 ms, 1.13x: pays" in i

@@ -11,8 +11,7 @@ from calib.deploy import precision as P
 from calib.deploy.simulate import simulated_model
 from calib.errors import CalibError
 from calib.quantize.cache import read_cache
-from calib.quantize.qdq import Exclusions, quantizable_layers
-from calib.quantize.qdq import count_qdq, insert_qdq
+from calib.quantize.qdq import Exclusions, count_qdq, insert_qdq, quantizable_layers
 from calib.runners.onnxruntime import OrtRunner
 from conftest import ROOT, golden
 
