@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -32,6 +33,9 @@ def main() -> None:
     d = Path(args.dir)
     table = json.loads((d / "table.json").read_text())
     names = [n for n in args.engines.split(",") if (d / "work" / f"{n}.engine").is_file()]
+    missing = [n for n in args.engines.split(",") if n not in names]
+    if missing:  # said, so that a table timed without one of its engines does not pass for a whole one
+        print(f"{d}: not timed, no engine in {d / 'work'}: {', '.join(missing)}", file=sys.stderr)
     if len(names) < 2:
         raise SystemExit(f"{d}: fewer than two of {args.engines} were built: nothing to alternate")
     paths = [d / "work" / f"{n}.engine" for n in names]

@@ -69,10 +69,10 @@ case $1 in
       # one run launches (benchmarks/alternate.py; a table times each engine right after its build)
       timeout "${TURNS_S:-300}" python3.10 benchmarks/alternate.py "$1" --engines "$2" --repeats 40
     }
-    qdq() {  # MODEL LEVEL BATCH JOBS OUTDIR [TIMEOUT]
+    qdq() {  # MODEL LEVEL BATCH JOBS OUTDIR [TIMEOUT]; QDQ_REDO=1: JOBS rebuilt where table.json has their rows
       timeout "${6:-600}" python3.10 benchmarks/qdq_table.py --model "$1" --data /opt/extra/qdq22 --out "$5" \
         --opt-level "$2" --batch "$3" --only "$4" --deadline-s "${QDQ_DEADLINE:-520}" \
-        --estimate-scale "${QDQ_EST_SCALE:-1.25}"
+        --estimate-scale "${QDQ_EST_SCALE:-1.25}" ${QDQ_REDO:+--redo}
     }
     for step in ${2//,/ }; do
       t0=$SECONDS; log "start $step"
@@ -200,7 +200,9 @@ case $1 in
               "not the plans their sidecars name:${bad:- none}"; continue; fi
           cp $T/table.json $T/layers.json $T/profile.json $D/
           [ -f "$E/$m.timing" ] && cp "$E/$m.timing" /tmp/qdq22/  # the timing cache collect brought back with them
-          QDQ_DEADLINE=${RESUME_DEADLINE:-5000} qdq "$m" 3 "$b" "$build" $D 1600 > "$R/l3-$n-resume.log" 2>&1
+          # BUILD rebuilt even where the carried table.json has its row (an engine that did not come back: without
+          # --redo its old row was kept and it was left out of the turns)
+          QDQ_REDO=1 QDQ_DEADLINE=${RESUME_DEADLINE:-5000} qdq "$m" 3 "$b" "$build" $D 1600 > "$R/l3-$n-resume.log" 2>&1
           echo "exit $?" >> "$R/l3-$n-resume.log"
           turns $D "$carried,$build" > "$R/alt-$n-resume.log" 2>&1
           ;;
