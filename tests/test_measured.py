@@ -56,8 +56,9 @@ def test_report_section_only_for_a_timed_model():
     blocks = worth_blocks({"model_sha256": sha})
     assert blocks[0] == ("h2", "Is INT8 worth it: engines timed on GPUs")
     items = blocks[2][1]
-    # YOLOv3-tiny: level 1 batch 4, level 3 batch 1, 4 and 32 (three timings in turns, each as two entries)
-    assert len(items) == len(tables(sha)) == 9
+    # YOLOv3-tiny: level 1 batch 4; level 3 batch 1 (after each build, and in turns as two entries), 4, and 32 (four
+    # timings in turns, each as two entries)
+    assert len(items) == len(tables(sha)) == 13
     h200 = next(i for i in items if i.startswith("NVIDIA H200, TensorRT 8.6.0, builder level 3, batch 4"))
     assert "implicit INT8 0.2682 ms against FP16 0.2940 ms, 1.10x: pays" in h200
     assert "calib's Q/DQ model, stem output float 0.3483 ms against FP16 0.2940 ms, 0.84x: does not pay: slower" in h200
@@ -185,8 +186,8 @@ def test_from_which_batch_int8_pays_on_mobilenet_v2():
         "from batch 1 on (batches timed: 1, 4)"]
     assert worth_blocks({"model_sha256": MOBILENET_V2[0]})[-2] == ("p", "By batch size:")
     assert worth_blocks({"model_sha256": MOBILENET_V2[0]})[-1][1][:4] == lines
-    # one batch per card and level (YOLOv8n, YOLOv3-tiny): nothing to say by batch
-    assert from_batch(tables(YOLOV8N_320[0])) == [] and from_batch(tables(YOLOV3_TINY[0])) == []
+    # FP16 at one batch per card, level and timing (YOLOv8n-320): nothing to say by batch
+    assert from_batch(tables(YOLOV8N_320[0])) == []
 
 
 def test_from_batch_says_a_batch_that_pays_only_in_the_middle():
@@ -346,6 +347,62 @@ def test_yolov3_tiny_at_batch_32_int8_pays_against_fp16_built_beside_the_carried
     items = worth_blocks({"model_sha256": YOLOV3_TINY[0]})[2][1]
     assert any("tiny-b32-fp16/" in i and "implicit INT8 1.1097 ms against FP16 1.2507 ms, 1.13x: pays" in i
                for i in items)
+
+
+def _graph_table(raw: str) -> list[dict]:
+    """YOLOv3-tiny's CUDA-graph table of a raw file."""
+    return [t for t in tables(YOLOV3_TINY[0]) if t["raw"] == raw and t["timing"].startswith("CUDA")]
+
+
+def test_yolov3_tiny_at_batch_32_modelopt_in_turns_beside_the_carried_engines():
+    """ModelOpt's Q/DQ model of YOLOv3-tiny built at level 3, batch 32 on an eighth H100 lease (2026-12-07) beside the
+    carried implicit and calib Q/DQ engines, the three in turns: 1.7733 ms as CUDA graphs against the implicit
+    engine's 1.0472 (0.59x), calib's 1.0568 (0.99x a fourth time). FP16's engine did not come back, so it is not in
+    these turns: the table.json row kept from the earlier table is not quoted."""
+    found = [t for t in tables(YOLOV3_TINY[0]) if "tiny-b32-modelopt/" in t["raw"]]
+    assert [t["timing"] for t in found] == ["CUDA graph, in turns", "in turns"]
+    graph, plain = ({v["engine"]: (v["against"], v["verdict"], v["speedup"]) for v in verdicts(t)} for t in found)
+    assert graph == {"qdq": ("implicit", "same", 0.991), "modelopt": ("implicit", "slower", 0.591)}
+    assert plain == {"qdq": ("implicit", "same", 0.986), "modelopt": ("implicit", "slower", 0.594)}
+    raw = found[0]["raw"]
+    assert set(_alternated(found[0])[1]) == {"implicit", "calib-qdq", "modelopt-qdq"}
+    table = _beside(raw, "table.json")["engines"]
+    assert f"mAP50 vs FP32 {table['modelopt-qdq']['map50_vs_fp32']:.3f}" in found[0]["note"]
+    # the carried engines are those the FP16 table timed; ModelOpt's was built on the card that timed all three
+    before = raw.replace("-modelopt/", "-fp16/")
+    for engine in ("implicit", "calib-qdq"):
+        assert _beside(raw, f"{engine}.engine.json") == _beside(before, f"{engine}.engine.json")
+    mo = _beside(raw, "modelopt-qdq.engine.json")
+    assert mo["gpu"] == _beside(raw, "table.json")["gpu"] and mo["explicit_qdq"] and mo["optimization_level"] == 3
+    # slower than the FP16 engine of the earlier turns, as the note says, with that engine's figure
+    fp16_ms = _alternated(next(t for t in _graph_table(before)))[1]["fp16"]["median_ms"]
+    assert f"({fp16_ms:.3f} ms)" in found[0]["note"] and fp16_ms < found[0]["ms"]["modelopt"]
+
+
+def test_yolov3_tiny_at_batch_1_four_engines_in_turns_and_from_which_batch_int8_pays():
+    """YOLOv3-tiny at level 3, batch 1 on one H100 (2026-12-07): FP16, implicit, calib's and ModelOpt's Q/DQ engines
+    in turns (100 groups): as CUDA graphs FP16 0.1711 ms, implicit 0.1402 (1.22x), calib's 0.1366 (1.25x), ModelOpt's
+    0.1884 (0.91x). Three earlier timings of the first three agree. With batch 32's FP16 table, INT8 pays from batch 1."""
+    found = [t for t in tables(YOLOV3_TINY[0]) if "tiny-b1-fp16/" in t["raw"]]
+    graph, plain = ({v["engine"]: (v["verdict"], v["speedup"]) for v in verdicts(t)} for t in found)
+    assert graph == {"implicit": ("pays", 1.22), "qdq": ("pays", 1.253), "modelopt": ("slower", 0.908)}
+    assert plain == {"implicit": ("pays", 1.081), "qdq": ("pays", 1.104), "modelopt": ("slower", 0.876)}
+    _alternated(found[0], repeats=100)
+    # every timing of the folder: calib's Q/DQ engine 1.02-1.03x the implicit one, and INT8 paying against FP16
+    folder = ROOT / Path(found[0]["raw"]).parent
+    for f in ("alternate-40.json", "alternate-40-again.json", "alternate-200.json", "alternate.json"):
+        for mode in json.loads((folder / f).read_text())["modes"].values():
+            ms = {k: v["median_ms"] for k, v in mode.items()}
+            assert 1.015 < ms["implicit"] / ms["calib-qdq"] < 1.035, f
+            assert ms["fp16"] / ms["implicit"] > 1.03 and ms["fp16"] / ms["calib-qdq"] > 1.03, f
+    table = _beside(found[0]["raw"], "table.json")["engines"]
+    maps = [f"{table[k]['map50_vs_fp32']:.3f}" for k in ("implicit", "calib-qdq", "fp16", "modelopt-qdq")]
+    assert f"mAP50 vs FP32 {maps[0]} and {maps[1]} where FP16 keeps {maps[2]}" in found[0]["note"]
+    assert f"(mAP50 vs FP32 {maps[3]})" in found[0]["note"]
+    assert from_batch(tables(YOLOV3_TINY[0])) == [
+        f"NVIDIA H100, TensorRT 8.6.0, builder level 3, {how}: {name} pays against FP16 from batch 1 on (batches "
+        "timed: 1, 32)" for how in ("timed as CUDA graphs in turns", "enqueued in turns")
+        for name in ("implicit INT8", "calib's Q/DQ model")]
 
 
 def test_yolov8n_at_batch_1_in_turns_runs_the_default_at_the_implicit_engines_speed():
