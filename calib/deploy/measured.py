@@ -50,18 +50,19 @@ Y3_B32_FP16 = ("the rebuilt implicit and Q/DQ engines timed in turns a third tim
                "graphs, for the implicit engine; 1.12x for the Q/DQ one), at mAP50 vs FP32 0.770 and 0.774 where FP16 "
                "keeps 1.000; the Q/DQ engine ran 0.99x the implicit one again")
 
-Y3_B32_MODELOPT = ("ModelOpt's Q/DQ model from the same cache, built on the same card beside the carried implicit and Q/DQ "
-                   "engines and timed in turns with them: 0.59x the implicit engine both ways (1.773 against 1.047 ms "
-                   "as CUDA graphs), slower than the FP16 engine timed beside those two earlier the same day (1.210 "
-                   "ms); it leaves the stem Conv's output float: mAP50 vs FP32 0.851, where the implicit and calib's "
-                   "Q/DQ engines have 0.770 and 0.774; calib's Q/DQ engine ran 0.99x the implicit one a fourth time")
+Y3_B32_MODELOPT = ("ModelOpt's Q/DQ model from the same cache, built on the same card beside the carried implicit and"
+                   " Q/DQ engines and timed in turns with them: 0.59x the implicit engine both ways (1.773 against "
+                   "1.047 ms as CUDA graphs), slower than the FP16 engine timed beside those two earlier the same day"
+                   " (1.210 ms); it leaves the stem Conv's output float: mAP50 vs FP32 0.851, where the implicit and "
+                   "calib's Q/DQ engines have 0.770 and 0.774; calib's Q/DQ engine ran 0.99x the implicit one a "
+                   "fourth time")
 
-Y3_B1_TURNS = ("FP16, implicit and calib's Q/DQ engines built on one H100 and timed in turns four times (40, 40, 200 and "
-               "100 groups of 50 runs; ModelOpt's built before the last): INT8 pays at batch 1 (1.22x FP16's speed as "
-               "CUDA graphs, 1.08x enqueued, for the implicit engine; 1.25x and 1.10x for calib's Q/DQ one) at mAP50 "
-               "vs FP32 0.786 and 0.774 where FP16 keeps 1.000; calib's Q/DQ engine ran 1.02-1.03x the implicit one "
-               "in all four timings; ModelOpt's, which leaves the stem Conv's output float (mAP50 vs FP32 0.851), "
-               "ran 0.74x the implicit one as CUDA graphs, slower than FP16")
+Y3_B1_TURNS = ("FP16, implicit and calib's Q/DQ engines built on one H100 and timed in turns four times (40, 40, 200 "
+               "and 100 groups of 50 runs; ModelOpt's built before the last): INT8 pays at batch 1 (1.22x FP16's "
+               "speed as CUDA graphs, 1.08x enqueued, for the implicit engine; 1.25x and 1.10x for calib's Q/DQ one) "
+               "at mAP50 vs FP32 0.786 and 0.774 where FP16 keeps 1.000; calib's Q/DQ engine ran 1.02-1.03x the "
+               "implicit one in all four timings; ModelOpt's, which leaves the stem Conv's output float (mAP50 vs "
+               "FP32 0.851), ran 0.74x the implicit one as CUDA graphs, slower than FP16")
 
 PEER_NAMES = {"qdq": "calib-qdq", "modelopt": "modelopt-qdq"}
 
@@ -83,7 +84,9 @@ TABLES = [
      "names": {"qdq": "calib-qdq", "qdq-stem-float": "calib-qdq-float-stem"}},
     {"model": "YOLOv3-tiny", "sha256": YOLOV3_TINY, "card": "NVIDIA H100", "tensorrt": "8.6.0", "level": 3,
      "batch": 1, "date": "2026-12-06", "raw": "benchmarks/trt86-h100/qdq-l3/yolov3-tiny-l3-b1/table.json",
-     "ms": {"implicit": 0.2212, "qdq": 0.1699}, "names": {"qdq": "calib-qdq"}},
+     "ms": {"implicit": 0.2212, "qdq": 0.1699}, "names": {"qdq": "calib-qdq"},
+     "note": "each engine timed right after its build, enqueued one by one: at 0.2 ms per run mostly the host's noise; "
+             "timed in turns on another H100 (2026-12-07, below) the Q/DQ engine ran 1.02-1.03x the implicit one"},
     {"model": "YOLOv3-tiny", "sha256": YOLOV3_TINY, "card": "NVIDIA H100", "tensorrt": "8.6.0", "level": 1,
      "batch": 4, "date": "2026-12-05", "raw": "benchmarks/trt86-h100/qdq-b4-stem/yolov3-tiny/table.json",
      "ms": {"fp16": 0.3079, "implicit": 0.2735, "qdq": 0.2752, "qdq-stem-float": 0.3824, "modelopt": 0.4128},
