@@ -350,11 +350,6 @@ def test_yolov3_tiny_at_batch_32_int8_pays_against_fp16_built_beside_the_carried
                for i in items)
 
 
-def _graph_table(raw: str) -> list[dict]:
-    """YOLOv3-tiny's CUDA-graph table of a raw file."""
-    return [t for t in tables(YOLOV3_TINY[0]) if t["raw"] == raw and t["timing"].startswith("CUDA")]
-
-
 def test_yolov3_tiny_at_batch_32_modelopt_in_turns_beside_the_carried_engines():
     """ModelOpt's Q/DQ model of YOLOv3-tiny built at level 3, batch 32 on an eighth H100 lease (2026-12-07) beside the
     carried implicit and calib Q/DQ engines, the three in turns: 1.7733 ms as CUDA graphs against the implicit
@@ -376,7 +371,7 @@ def test_yolov3_tiny_at_batch_32_modelopt_in_turns_beside_the_carried_engines():
     mo = _beside(raw, "modelopt-qdq.engine.json")
     assert mo["gpu"] == _beside(raw, "table.json")["gpu"] and mo["explicit_qdq"] and mo["optimization_level"] == 3
     # slower than the FP16 engine of the earlier turns, as the note says, with that engine's figure
-    fp16_ms = _alternated(next(t for t in _graph_table(before)))[1]["fp16"]["median_ms"]
+    fp16_ms = _alternated(next(t for t in tables(YOLOV3_TINY[0]) if t["raw"] == before))[1]["fp16"]["median_ms"]
     assert f"({fp16_ms:.3f} ms)" in found[0]["note"] and fp16_ms < found[0]["ms"]["modelopt"]
 
 
