@@ -57,9 +57,9 @@ def test_report_section_only_for_a_timed_model():
     blocks = worth_blocks({"model_sha256": sha})
     assert blocks[0] == ("h2", "Is INT8 worth it: engines timed on GPUs")
     items = blocks[2][1]
-    # YOLOv3-tiny: level 1 batch 4; level 3 batch 1 (after each build, and in turns as two entries), 4, and 32 (four
-    # timings in turns, each as two entries)
-    assert len(items) == len(tables(sha)) == 13
+    # YOLOv3-tiny: level 1 batch 4; level 3 batch 1 (after each build, and in turns as two entries), 4 (the H200's,
+    # and the H100's in turns as two entries), and 32 (four timings in turns, each as two entries)
+    assert len(items) == len(tables(sha)) == 15
     h200 = next(i for i in items if i.startswith("NVIDIA H200, TensorRT 8.6.0, builder level 3, batch 4"))
     assert "implicit INT8 0.2682 ms against FP16 0.2940 ms, 1.10x: pays" in h200
     assert "calib's Q/DQ model, stem output float 0.3483 ms against FP16 0.2940 ms, 0.84x: does not pay: slower" in h200
@@ -378,8 +378,8 @@ def test_yolov3_tiny_at_batch_32_modelopt_in_turns_beside_the_carried_engines():
 def test_yolov3_tiny_at_batch_1_four_engines_in_turns_and_from_which_batch_int8_pays():
     """YOLOv3-tiny at level 3, batch 1 on one H100 (2026-12-07): FP16, implicit, calib's and ModelOpt's Q/DQ engines
     in turns (100 groups): as CUDA graphs FP16 0.1711 ms, implicit 0.1402 (1.22x), calib's 0.1366 (1.25x), ModelOpt's
-    0.1884 (0.91x). Three earlier timings of the first three agree. With batch 32's FP16 table, INT8 pays from batch
-    1."""
+    0.1884 (0.91x). Three earlier timings of the first three agree. With batch 4's and 32's FP16 tables, INT8 pays
+    from batch 1."""
     found = [t for t in tables(YOLOV3_TINY[0]) if "tiny-b1-fp16/" in t["raw"]]
     graph, plain = ({v["engine"]: (v["verdict"], v["speedup"]) for v in verdicts(t)} for t in found)
     assert graph == {"implicit": ("pays", 1.22), "qdq": ("pays", 1.253), "modelopt": ("slower", 0.908)}
@@ -398,8 +398,43 @@ def test_yolov3_tiny_at_batch_1_four_engines_in_turns_and_from_which_batch_int8_
     assert f"(mAP50 vs FP32 {maps[3]})" in found[0]["note"]
     assert from_batch(tables(YOLOV3_TINY[0])) == [
         f"NVIDIA H100, TensorRT 8.6.0, builder level 3, {how}: {name} pays against FP16 from batch 1 on (batches "
-        "timed: 1, 32)" for how in ("timed as CUDA graphs in turns", "enqueued in turns")
+        "timed: 1, 4, 32)" for how in ("timed as CUDA graphs in turns", "enqueued in turns")
         for name in ("implicit INT8", "calib's Q/DQ model")]
+
+
+def test_yolov3_tiny_at_batch_4_in_turns_on_an_h100_runs_the_default_at_the_implicit_engines_speed():
+    """YOLOv3-tiny at level 3, batch 4 on an H100 (2026-12-07), where the placement before the stem rule ran 0.75x the
+    implicit engine: timed in turns three times (the two INT8 engines after their builds, 40 groups; then with an FP16
+    engine built beside them, 40 and 200 groups), calib's default Q/DQ engine ran 0.98-1.02x the implicit one, and
+    INT8 paid against FP16 (200 groups as CUDA graphs: FP16 0.2594 ms, implicit 0.2299, calib's 0.2325)."""
+    found = [t for t in tables(YOLOV3_TINY[0]) if "tiny-b4/" in t["raw"]]
+    assert [(t["card"], t["timing"]) for t in found] == [("NVIDIA H100", "CUDA graph, in turns"),
+                                                         ("NVIDIA H100", "in turns")]
+    graph, plain = ({v["engine"]: (v["verdict"], v["speedup"]) for v in verdicts(t)} for t in found)
+    assert graph == {"implicit": ("pays", 1.128), "qdq": ("pays", 1.116)}
+    assert plain == {"implicit": ("pays", 1.135), "qdq": ("pays", 1.131)}
+    _alternated(found[0], repeats=200)
+    folder = ROOT / Path(found[0]["raw"]).parent
+    for f, engines in (("alternate-two.json", 2), ("alternate-40.json", 3), ("alternate.json", 3)):
+        doc = json.loads((folder / f).read_text())
+        assert (doc["batch"], doc["opt_level"], len(doc["modes"]["plain"])) == (4, 3, engines), f
+        for mode in doc["modes"].values():
+            ms = {k: v["median_ms"] for k, v in mode.items()}
+            assert 0.98 <= ms["implicit"] / ms["calib-qdq"] <= 1.02, f  # as fast, within the report's 3 %
+            assert "fp16" not in ms or min(ms["fp16"] / ms[k] for k in ("implicit", "calib-qdq")) > 1.1, f
+    # the two INT8 engines' sidecars: level 3, batch 4, the implicit one from the FP32 model, calib's from its Q/DQ
+    # model (the default placement: the stem rule)
+    table = _beside(found[0]["raw"], "table.json")
+    assert table["gpu"] == "NVIDIA H100 80GB HBM3 (sm_90)"
+    sides = {e: _beside(found[0]["raw"], f"{e}.engine.json") for e in ("implicit", "calib-qdq")}
+    assert {e: (s["optimization_level"], s["input_shapes"]["images"][0], s["explicit_qdq"]) for e, s in sides.items()
+            } == {"implicit": (3, 4, False), "calib-qdq": (3, 4, True)}
+    assert sides["implicit"]["model_sha256"] == YOLOV3_TINY[0] != sides["calib-qdq"]["model_sha256"]
+    assert "stem Conv output layer0_convolutional: quantized" in table["engines"]["calib-qdq"]["convert"]
+    maps = [f"{table['engines'][k]['map50_vs_fp32']:.3f}" for k in ("implicit", "calib-qdq", "fp16")]
+    assert f"mAP50 vs FP32 {maps[0]} and {maps[1]} where FP16 keeps {maps[2]}" in found[0]["note"]
+    assert [sentence(found[0], v) for v in verdicts(found[0])][1] == (
+        "calib's Q/DQ model 0.2325 ms against FP16 0.2594 ms, 1.12x: pays")
 
 
 def test_yolov8n_at_batch_1_in_turns_runs_the_default_at_the_implicit_engines_speed():
