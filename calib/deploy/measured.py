@@ -67,8 +67,8 @@ Y3_B1_TURNS = ("FP16, implicit and calib's Q/DQ engines built on one H100 and ti
 Y3_B4_TURNS = ("the implicit and calib's Q/DQ engines built on one H100 and timed in turns (40 groups of 50 runs), "
                "then with an FP16 engine built beside them (40 and 200 groups): INT8 pays at batch 4 (1.13x FP16's "
                "speed enqueued and as CUDA graphs for the implicit engine; 1.13x and 1.12x for calib's Q/DQ one) at "
-               "mAP50 vs FP32 0.828 and 0.774 where FP16 keeps 1.000; calib's Q/DQ engine ran 0.98-1.02x the implicit one "
-               "in all three timings, where its placement before the stem rule ran 0.75x (2026-12-06)")
+               "mAP50 vs FP32 0.828 and 0.774 where FP16 keeps 1.000; calib's Q/DQ engine ran 0.98-1.02x the "
+               "implicit one in all three timings, where its placement before the stem rule ran 0.75x (2026-12-06)")
 
 PEER_NAMES = {"qdq": "calib-qdq", "modelopt": "modelopt-qdq"}
 
