@@ -22,6 +22,11 @@ def _alternated(t: dict, repeats: int = 40) -> tuple[dict, dict]:
     return raw, engines
 
 
+def _medians(doc: dict) -> list[dict]:
+    """Each timing mode of an alternate.json (enqueued, CUDA graphs) as its engines' medians."""
+    return [{k: v["median_ms"] for k, v in mode.items()} for mode in doc["modes"].values()]
+
+
 def _beside(raw: str, name: str) -> dict:
     """A file of the raw folder of a table (table.json, profile.json)."""
     return json.loads((ROOT / Path(raw).parent / name).read_text())
@@ -388,8 +393,7 @@ def test_yolov3_tiny_at_batch_1_four_engines_in_turns_and_from_which_batch_int8_
     # every timing of the folder: calib's Q/DQ engine 1.02-1.03x the implicit one, and INT8 paying against FP16
     folder = ROOT / Path(found[0]["raw"]).parent
     for f in ("alternate-40.json", "alternate-40-again.json", "alternate-200.json", "alternate.json"):
-        for mode in json.loads((folder / f).read_text())["modes"].values():
-            ms = {k: v["median_ms"] for k, v in mode.items()}
+        for ms in _medians(json.loads((folder / f).read_text())):
             assert 1.015 < ms["implicit"] / ms["calib-qdq"] < 1.035, f
             assert ms["fp16"] / ms["implicit"] > 1.03 and ms["fp16"] / ms["calib-qdq"] > 1.03, f
     table = _beside(found[0]["raw"], "table.json")["engines"]
@@ -418,8 +422,7 @@ def test_yolov3_tiny_at_batch_4_in_turns_on_an_h100_runs_the_default_at_the_impl
     for f, engines in (("alternate-two.json", 2), ("alternate-40.json", 3), ("alternate.json", 3)):
         doc = json.loads((folder / f).read_text())
         assert (doc["batch"], doc["opt_level"], len(doc["modes"]["plain"])) == (4, 3, engines), f
-        for mode in doc["modes"].values():
-            ms = {k: v["median_ms"] for k, v in mode.items()}
+        for ms in _medians(doc):
             assert 0.98 <= ms["implicit"] / ms["calib-qdq"] <= 1.02, f  # as fast, within the report's 3 %
             assert "fp16" not in ms or min(ms["fp16"] / ms[k] for k in ("implicit", "calib-qdq")) > 1.1, f
     # the two INT8 engines' sidecars: level 3, batch 4, the implicit one from the FP32 model, calib's from its Q/DQ
