@@ -70,7 +70,21 @@ Y3_B4_TURNS = ("the implicit and calib's Q/DQ engines built on one H100 and time
                "mAP50 vs FP32 0.828 and 0.774 where FP16 keeps 1.000; calib's Q/DQ engine ran 0.98-1.02x the "
                "implicit one in all three timings, where its placement before the stem rule ran 0.75x (2026-12-06)")
 
+Y3_B4_STEM = ("ModelOpt's Q/DQ model and calib's with --keep-stem-output-float built on a tenth H100 lease beside the "
+              "carried implicit and default Q/DQ engines, with FP16 rebuilt, the five timed in turns twice (40 and 200 "
+              "groups of 50 runs): the stem-float form buys accuracy (mAP50 vs FP32 0.845 against the default's 0.774, "
+              "box SQNR 41.7 against 36.0 dB) at 0.72x the implicit engine's speed as CUDA graphs (0.76-0.78x "
+              "enqueued), slower than FP16, which keeps 1.000; ModelOpt's, which leaves the stem output float too "
+              "(0.851), ran 0.67x; calib's default ran 0.98-1.02x the implicit engine again")
+
+Y3_B1_STEM = ("calib's Q/DQ model with --keep-stem-output-float built on a tenth H100 lease beside the carried implicit "
+              "and default Q/DQ engines, the three timed in turns twice (40 and 200 groups): 0.82x the implicit "
+              "engine as CUDA graphs (0.97-0.99x enqueued, where the host's launches hide it), about the speed of the "
+              "FP16 engine of the eighth lease's turns (0.1711 ms), at mAP50 vs FP32 0.845 (box SQNR 41.7 dB) against "
+              "the default's 0.774 (36.0 dB); the default ran 1.03x the implicit one as CUDA graphs again")
+
 PEER_NAMES = {"qdq": "calib-qdq", "modelopt": "modelopt-qdq"}
+STEM_NAMES = {**PEER_NAMES, "qdq-stem-float": "calib-qdq-float-stem"}
 
 
 def _in_turns(model: str, sha256: tuple, batch: int, folder: str, names: dict, graph_ms: dict, plain_ms: dict,
@@ -173,6 +187,15 @@ TABLES = [
     *_in_turns("YOLOv3-tiny", YOLOV3_TINY, 4, "qdq-l3-yolov3-tiny-b4/yolov3-tiny-l3-b4", {"qdq": "calib-qdq"},
                {"fp16": 0.2594, "implicit": 0.2299, "qdq": 0.2325},
                {"fp16": 0.3140, "implicit": 0.2767, "qdq": 0.2776}, note=Y3_B4_TURNS),
+    # YOLOv3-tiny at batch 4 and 1 on a tenth H100 lease: the placement choice's other form (stem output float) and
+    # ModelOpt's beside the carried engines, in turns (200 groups)
+    *_in_turns("YOLOv3-tiny", YOLOV3_TINY, 4, "qdq-l3-yolov3-tiny-b4-stem/yolov3-tiny-l3-b4", STEM_NAMES,
+               {"fp16": 0.2525, "implicit": 0.2294, "qdq": 0.2323, "qdq-stem-float": 0.3175, "modelopt": 0.3415},
+               {"fp16": 0.3029, "implicit": 0.2819, "qdq": 0.2775, "qdq-stem-float": 0.3601, "modelopt": 0.3936},
+               note=Y3_B4_STEM),
+    *_in_turns("YOLOv3-tiny", YOLOV3_TINY, 1, "qdq-l3-yolov3-tiny-b1-stem/yolov3-tiny-l3-b1", STEM_NAMES,
+               {"implicit": 0.1399, "qdq": 0.1357, "qdq-stem-float": 0.1702},
+               {"implicit": 0.2204, "qdq": 0.2113, "qdq-stem-float": 0.2217}, note=Y3_B1_STEM),
     # YOLOv8n-320 at batch 1 on a fifth H100 lease: the implicit engine and calib's default Q/DQ engine (residual
     # branch at the Conv) in turns (FP16 and ModelOpt's not built: the device time ran out)
     *_in_turns("YOLOv8n-320", YOLOV8N_320, 1, "qdq-l3-yolov8n-b1/yolov8n-l3-b1", {"qdq-residual-conv": "calib-qdq"},
@@ -190,7 +213,8 @@ QDQ_FORMS = {"stem": "int8", "residual": "float"}
 
 def placement_speeds(choice: str, sha256: str | None) -> dict | None:
     """The speeds of a placement choice's forms from one table that timed two or more of them: this model's own
-    where there is one (the latest, CUDA-graph figures first), else another model's. None where none did."""
+    where there is one (the highest level, in turns, with FP16 beside them, the latest; CUDA-graph figures first),
+    else another model's. None where none did."""
     def forms(t):
         ms = t["ms"]
         got = {f: ms[f"qdq-{choice}-{f}"] for f in ("int8", "float", "conv", "act") if f"qdq-{choice}-{f}" in ms}
@@ -202,7 +226,7 @@ def placement_speeds(choice: str, sha256: str | None) -> dict | None:
     if not timed:
         return None
     t = max(timed, key=lambda t: (bool(sha256) and sha256 in t["sha256"], t["level"], t.get("timing", "") != "",
-                                  t["date"]))
+                                  "fp16" in t["ms"], t["date"]))
     return {"ms": forms(t), "implicit": t["ms"]["implicit"], "fp16": t["ms"].get("fp16"),
             "where": f"{t['model']} ({where(t)})", "raw": t["raw"]}
 

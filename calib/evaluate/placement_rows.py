@@ -85,6 +85,7 @@ def placement_blocks(report: dict) -> list[tuple]:
     """The report's sections, one per choice: a row per form with its interval and its measured speed (or that no
     engine of it was timed), which form the written Q/DQ model has and the option that picks each."""
     from calib.deploy.measured import placement_speeds
+    from calib.deploy.worth import verdict
     from calib.evaluate import report_doc as doc
 
     info = report.get("placement")
@@ -95,7 +96,7 @@ def placement_blocks(report: dict) -> list[tuple]:
     out = []
     for c in info.get("choices", []):
         speeds = placement_speeds(c["choice"], report.get("model_sha256"))
-        rows = []
+        rows, slower = [], []
         for form, name in c["rows"].items():
             fig = (s.get("intervals", {}).get(name) or {}).get(metric)
             if fig is None and name in s.get("rows", {}):
@@ -104,6 +105,8 @@ def placement_blocks(report: dict) -> list[tuple]:
                    doc.fig_cell(fig, metric)]
             if speeds:
                 ms = speeds["ms"].get(form)
+                if ms and speeds.get("fp16") and verdict(speeds["fp16"] / ms) == "slower":
+                    slower.append(f"`{name}` ({speeds['fp16'] / ms:.2f}x)")
                 row.append(f"{ms:.4f} ms, {speeds['implicit'] / ms:.2f}x implicit"
                            + (f", {speeds['fp16'] / ms:.2f}x FP16" if speeds.get("fp16") else "") if ms else
                            "not timed")
@@ -113,6 +116,9 @@ def placement_blocks(report: dict) -> list[tuple]:
         head = ["row", "form", f"{s.get('labels', {}).get(metric, metric)} (95 % CI)"]
         if speeds:
             head.append(f"measured on {speeds['where']}")
+            if slower:
+                text += (f" Measured there, {' and '.join(slower)} ran slower than the FP16 engine, which is also the "
+                         "more accurate: where that form's accuracy is needed, FP16 gives it faster.")
         else:
             text += " No engine of these forms has been timed for this model: time yours with `calib bench`."
         out += [("h2", f"Placement choice: {TITLE[c['choice']]}"), ("p", text), ("table", head + ["picked by"], rows)]
