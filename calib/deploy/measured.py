@@ -77,11 +77,12 @@ Y3_B4_STEM = ("ModelOpt's Q/DQ model and calib's with --keep-stem-output-float b
               "enqueued), slower than FP16, which keeps 1.000; ModelOpt's, which leaves the stem output float too "
               "(0.851), ran 0.67x; calib's default ran 0.98-1.02x the implicit engine again")
 
-Y3_B1_STEM = ("calib's Q/DQ model with --keep-stem-output-float built on a tenth H100 lease beside the carried implicit "
-              "and default Q/DQ engines, the three timed in turns twice (40 and 200 groups): 0.82x the implicit "
-              "engine as CUDA graphs (0.97-0.99x enqueued, where the host's launches hide it), about the speed of the "
-              "FP16 engine of the eighth lease's turns (0.1711 ms), at mAP50 vs FP32 0.845 (box SQNR 41.7 dB) against "
-              "the default's 0.774 (36.0 dB); the default ran 1.03x the implicit one as CUDA graphs again")
+Y3_B1_STEM = ("calib's Q/DQ model with --keep-stem-output-float built on a tenth H100 lease beside the carried "
+              "implicit and default Q/DQ engines, the three timed in turns twice (40 and 200 groups): 0.82x the "
+              "implicit engine as CUDA graphs (0.97-0.99x enqueued, where the host's launches hide it), about the "
+              "speed of the FP16 engine of the eighth lease's turns (0.1711 ms), at mAP50 vs FP32 0.845 (box SQNR "
+              "41.7 dB) against the default's 0.774 (36.0 dB); the default ran 1.03x the implicit one as CUDA graphs "
+              "again")
 
 PEER_NAMES = {"qdq": "calib-qdq", "modelopt": "modelopt-qdq"}
 STEM_NAMES = {**PEER_NAMES, "qdq-stem-float": "calib-qdq-float-stem"}
