@@ -61,7 +61,8 @@ def test_report_section_only_for_a_timed_model():
     sha = TABLES[0]["sha256"][0]
     blocks = worth_blocks({"model_sha256": sha})
     assert blocks[0] == ("h2", "Is INT8 worth it: engines timed on GPUs")
-    items = blocks[2][1]
+    assert [b[1] for b in blocks[2:5:2]] == ["By batch size:", "Each table timed:"]  # the answer, then the tables
+    items = blocks[-1][1]
     # YOLOv3-tiny: level 1 batch 4; level 3 batch 1 (after each build, and two timings in turns, each as two
     # entries), 4 (the H200's, and the H100's two timings in turns, each as two entries), and 32 (four timings in
     # turns, each as two entries)
@@ -77,10 +78,11 @@ def test_int8_that_never_pays_is_said_so():
          "date": "2026-12-06", "raw": "r", "ms": {"fp16": 0.70, "implicit": 0.71, "qdq": 0.80}}
     TABLES.append(t)
     try:
-        text = worth_blocks({"model_sha256": "f" * 64})[1][1]
+        blocks = worth_blocks({"model_sha256": "f" * 64})
     finally:
         TABLES.remove(t)
-    assert "INT8 pays at none of the batch sizes timed against FP16 (4)" in text
+    assert "INT8 pays at none of the batch sizes timed against FP16 (4)" in blocks[1][1]
+    assert [b[0] for b in blocks] == ["h2", "p", "p", "list"] and blocks[2][1] == "Tables timed:"  # one batch: no by-batch
 
 
 def test_placement_rows_quote_the_level_3_stem_table_in_turns_with_fp16_and_the_residual_table():
@@ -143,7 +145,7 @@ def test_cuda_graph_timings_say_so_and_int8_pays_there():
     assert raw["implicit"]["median_ms"] > 2 * raw["implicit"]["graph_median_ms"] * 0.95
     (v,) = verdicts(t)
     assert (v["engine"], v["against"], v["verdict"], v["speedup"]) == ("implicit", "fp16", "pays", round(0.4924 / 0.4422, 3))
-    items = worth_blocks({"model_sha256": t["sha256"][0]})[2][1]
+    items = worth_blocks({"model_sha256": t["sha256"][0]})[-1][1]
     assert any(i.startswith("NVIDIA H100, TensorRT 8.6.0, builder level 3, batch 4, timed as CUDA graphs") for i in items)
 
 
@@ -174,7 +176,7 @@ def test_in_turns_graph_table_quotes_the_alternated_figures():
     assert all(e["cuda_graph"] for e in _alternated(t, repeats=60)[1].values())
     got = {v["engine"]: (v["verdict"], v["speedup"]) for v in verdicts(t)}
     assert got == {"implicit": ("pays", 1.093), "qdq": ("pays", 1.079), "modelopt": ("same", 0.981)}
-    items = worth_blocks({"model_sha256": t["sha256"][0]})[2][1]
+    items = worth_blocks({"model_sha256": t["sha256"][0]})[-1][1]
     assert any("timed as CUDA graphs in turns" in i for i in items)
     enqueued = next(i for i in items if "qdq-l3/yolov8n-l3-b4" in i)
     assert "0.93x: slower" in enqueued and "runs 0.99x the implicit engine" in enqueued  # the later figure beside it
@@ -195,8 +197,9 @@ def test_from_which_batch_int8_pays_on_mobilenet_v2():
         "batch 4 on (batches timed: 1, 4)",
         "NVIDIA H100, TensorRT 8.6.0, builder level 3, timed as CUDA graphs: calib's Q/DQ model pays against FP16 "
         "from batch 1 on (batches timed: 1, 4)"]
-    assert worth_blocks({"model_sha256": MOBILENET_V2[0]})[-2] == ("p", "By batch size:")
-    assert worth_blocks({"model_sha256": MOBILENET_V2[0]})[-1][1][:4] == lines
+    blocks = worth_blocks({"model_sha256": MOBILENET_V2[0]})  # the by-batch answer before the tables it rests on
+    assert blocks[2] == ("p", "By batch size:") and blocks[4] == ("p", "Each table timed:")
+    assert blocks[3][1][:4] == lines
     # FP16 at one batch per card, level and timing (YOLOv8n-320): nothing to say by batch
     assert from_batch(tables(YOLOV8N_320[0])) == []
 
@@ -222,7 +225,7 @@ def test_mobilenet_v2_at_batch_1_in_turns():
     for t in found:
         e = _alternated(t)[1]
         assert e["implicit"]["median_ms"] / e["calib-qdq"]["median_ms"] >= 1.0  # item 1: at least implicit's speed
-    items = worth_blocks({"model_sha256": MOBILENET_V2[0]})[2][1]
+    items = worth_blocks({"model_sha256": MOBILENET_V2[0]})[-1][1]
     assert any(i.startswith("NVIDIA H100, TensorRT 8.6.0, builder level 3, batch 1, enqueued in turns (2026-12-07")
                for i in items)
     assert any(i.startswith("NVIDIA H100, TensorRT 8.6.0, builder level 3, batch 1, timed as CUDA graphs in turns")
@@ -355,7 +358,7 @@ def test_yolov3_tiny_at_batch_32_int8_pays_against_fp16_built_beside_the_carried
     fp16 = _beside(raw, "fp16.engine.json")
     assert fp16["gpu"] == doc["gpu"] == "NVIDIA H100 80GB HBM3 (sm_90)"
     assert (fp16["optimization_level"], fp16["explicit_qdq"], fp16["model_sha256"]) == (3, False, YOLOV3_TINY[0])
-    items = worth_blocks({"model_sha256": YOLOV3_TINY[0]})[2][1]
+    items = worth_blocks({"model_sha256": YOLOV3_TINY[0]})[-1][1]
     assert any("tiny-b32-fp16/" in i and "implicit INT8 1.1097 ms against FP16 1.2507 ms, 1.13x: pays" in i
                for i in items)
 

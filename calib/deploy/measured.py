@@ -305,8 +305,9 @@ def from_batch(found: list[dict], tolerance: float = TOLERANCE) -> list[str]:
 
 
 def worth_blocks(report: dict) -> list[tuple]:
-    """The report's section for a model with measured tables: per table, each INT8 engine against FP16, said plainly,
-    and where INT8 pays at no batch timed."""
+    """The report's section for a model with measured tables: from which batch each INT8 engine pays against FP16
+    (where two or more batches were timed), then per table each INT8 engine against FP16, said plainly, and where
+    INT8 pays at no batch timed."""
     found = tables(report.get("model_sha256"))
     if not found:
         return []
@@ -323,5 +324,7 @@ def worth_blocks(report: dict) -> list[tuple]:
     text = (f"This model's engines were timed on real GPUs (medians; INT8 against FP16, within {TOLERANCE:.0%} "
             "is no difference). Your card, TensorRT version and batch decide: time your own engines with "
             "`calib bench INT8.engine --against FP16.engine`." + tail)
-    blocks = [("h2", "Is INT8 worth it: engines timed on GPUs"), ("p", text), ("list", items)]
-    return blocks + ([("p", "By batch size:"), ("list", by_batch)] if (by_batch := from_batch(found)) else [])
+    by_batch = from_batch(found)  # the plain answer first, then every table it rests on
+    return ([("h2", "Is INT8 worth it: engines timed on GPUs"), ("p", text)]
+            + ([("p", "By batch size:"), ("list", by_batch)] if by_batch else [])
+            + [("p", "Each table timed:" if by_batch else "Tables timed:"), ("list", items)])
