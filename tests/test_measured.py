@@ -28,7 +28,7 @@ def _medians(doc: dict) -> list[dict]:
 
 
 def _beside(raw: str, name: str) -> dict:
-    """A file of the raw folder of a table (table.json, profile.json)."""
+    """A file of the raw folder of a table (table.json, profile.json, an alternate.json of another timing)."""
     return json.loads((ROOT / Path(raw).parent / name).read_text())
 
 
@@ -399,9 +399,8 @@ def test_yolov3_tiny_at_batch_1_four_engines_in_turns_and_from_which_batch_int8_
     assert plain == {"implicit": ("pays", 1.081), "qdq": ("pays", 1.104), "modelopt": ("slower", 0.876)}
     _alternated(found[0], repeats=100)
     # every timing of the folder: calib's Q/DQ engine 1.02-1.03x the implicit one, and INT8 paying against FP16
-    folder = ROOT / Path(found[0]["raw"]).parent
     for f in ("alternate-40.json", "alternate-40-again.json", "alternate-200.json", "alternate.json"):
-        for ms in _medians(json.loads((folder / f).read_text())):
+        for ms in _medians(_beside(found[0]["raw"], f)):
             assert 1.015 < ms["implicit"] / ms["calib-qdq"] < 1.035, f
             assert ms["fp16"] / ms["implicit"] > 1.03 and ms["fp16"] / ms["calib-qdq"] > 1.03, f
     table = _beside(found[0]["raw"], "table.json")["engines"]
@@ -429,9 +428,8 @@ def test_yolov3_tiny_at_batch_4_in_turns_on_an_h100_runs_the_default_at_the_impl
     assert graph == {"implicit": ("pays", 1.128), "qdq": ("pays", 1.116)}
     assert plain == {"implicit": ("pays", 1.135), "qdq": ("pays", 1.131)}
     _alternated(found[0], repeats=200)
-    folder = ROOT / Path(found[0]["raw"]).parent
     for f, engines in (("alternate-two.json", 2), ("alternate-40.json", 3), ("alternate.json", 3)):
-        doc = json.loads((folder / f).read_text())
+        doc = _beside(found[0]["raw"], f)
         assert (doc["batch"], doc["opt_level"], len(doc["modes"]["plain"])) == (4, 3, engines), f
         for ms in _medians(doc):
             assert 0.98 <= ms["implicit"] / ms["calib-qdq"] <= 1.02, f  # as fast, within the report's 3 %
@@ -491,9 +489,8 @@ def test_yolov3_tiny_stem_float_form_in_turns_buys_accuracy_at_less_than_fp16s_s
     assert b1 == {"qdq": ("implicit", "pays"), "qdq-stem-float": ("implicit", "slower")}
     for b, n in ((4, 5), (1, 3)):
         _alternated(found[b][0], repeats=200)
-        folder = ROOT / Path(found[b][0]["raw"]).parent
         for f in ("alternate-40.json", "alternate.json"):
-            doc = json.loads((folder / f).read_text())
+            doc = _beside(found[b][0]["raw"], f)
             assert (doc["batch"], doc["opt_level"], len(doc["modes"]["plain"])) == (b, 3, n), f
             for mode, ms in zip(doc["modes"], _medians(doc)):
                 assert 0.98 <= ms["implicit"] / ms["calib-qdq"] <= 1.045, (f, mode)  # the default: implicit's speed

@@ -105,11 +105,11 @@ def placement_blocks(report: dict) -> list[tuple]:
                    doc.fig_cell(fig, metric)]
             if speeds:
                 ms = speeds["ms"].get(form)
-                if ms and speeds.get("fp16") and verdict(speeds["fp16"] / ms) == "slower":
-                    slower.append(f"`{name}` ({speeds['fp16'] / ms:.2f}x)")
+                x_fp16 = speeds["fp16"] / ms if ms and speeds.get("fp16") else None
+                if x_fp16 and verdict(x_fp16) == "slower":
+                    slower.append(f"`{name}` ({x_fp16:.2f}x)")
                 row.append(f"{ms:.4f} ms, {speeds['implicit'] / ms:.2f}x implicit"
-                           + (f", {speeds['fp16'] / ms:.2f}x FP16" if speeds.get("fp16") else "") if ms else
-                           "not timed")
+                           + (f", {x_fp16:.2f}x FP16" if x_fp16 else "") if ms else "not timed")
             rows.append(row + [f"`{c['options'][form]}`"])
         text = TEXT[c["choice"]].format(tensors=", ".join(f"`{t}`" for t in c["tensors"][:4])
                                         + (f" and {len(c['tensors']) - 4} more" if len(c["tensors"]) > 4 else ""))
