@@ -39,10 +39,12 @@ def engine_scores() -> dict:
                             "source": "trt86-h200/mbv2-table*.json (256 photos)"},
            "yolov3-tiny": {"metric": "map50_95_vs_fp32", "scores": _report_scores(TRT / "yolo" / "report.json"),
                            "source": "trt86-h200/yolo/report.json (32 crops, 13 FP32 boxes)"}}
-    v8 = TRT / "yolov8n" / "report.json"  # `bash benchmarks/run_gpu.sh yolov8n`, where it has been run
-    if v8.is_file():
-        out["yolov8n-320"] = {"metric": "map50_95_vs_fp32", "scores": _report_scores(v8),
-                              "source": "trt86-h200/yolov8n/report.json"}
+    # `bash benchmarks/run_gpu.sh yolov8n`, where it has been run (on an H200, else an H100)
+    for v8 in (TRT / "yolov8n" / "report.json", HERE / "trt86-h100" / "yolov8n" / "report.json"):
+        if v8.is_file():
+            out["yolov8n-320"] = {"metric": "map50_95_vs_fp32", "scores": _report_scores(v8),
+                                  "source": str(v8.relative_to(HERE))}
+            break
     for table in sorted(TRT.glob("qdq*/table.json")) + sorted(TRT.glob("qdq*/qdq-*/table.json")):
         got = _rank_scores(table)  # qdq_table.py's rank-<algo> engines: where nothing better is recorded
         if got and got[0] not in out:
