@@ -22,6 +22,8 @@
 #               YOLOv3-tiny's adds calib-qdq-stem (the stem Conv's output quantized before its LeakyRelu)
 #   qdq-mbv2    MobileNetV2 at level 3, batch 32: implicit, calib-qdq, calib-qdq-like, fp16
 #   minilm-run, yolov8n-run        deploy_gpu.sh's `calib run` steps (level 1)
+#   order-yolov8n  run_gpu.sh yolov8n: `calib run recipes/yolov8n.yaml` on TensorRT, the four caches' implicit engines
+#               (level 1), for benchmarks/engine_order.py
 #   fp16-yolov3-tiny, fp16-mbv2    issue 31: the FP16+INT8 model (--float-type fp16)
 #               beside the FP32-float Q/DQ model, the implicit engine and FP16 (YOLOv3-tiny level 1 batch 4;
 #               MobileNetV2 level 3 batch 32)
@@ -220,6 +222,12 @@ case $1 in
           ;;
         minilm-run) bash benchmarks/deploy_gpu.sh "$R/deploy-run" 1 minilm > "$R/deploy-minilm-run.log" 2>&1 ;;
         yolov8n-run) bash benchmarks/deploy_gpu.sh "$R/deploy-run8" 1 yolov8n > "$R/deploy-yolov8n-run.log" 2>&1 ;;
+        order-yolov8n)  # recipes/yolov8n.yaml with backend tensorrt, all four caches' implicit engines (level 1): the
+          # engines' order for benchmarks/engine_order.py (report in order-yolov8n/yolov8n-trt.tgz; YOLO_S caps it,
+          # Y8_REFERENCE the float engines built first: [] builds the INT8 ones only)
+          YOLO_S=${YOLO_S:-900} bash benchmarks/run_gpu.sh yolov8n "$R/order-yolov8n" \
+            /opt/extra/calib-home/zoo/yolov8n-320/yolov8n-320.onnx 1 > "$R/order-yolov8n.log" 2>&1
+          ;;
         *) log "unknown step $step" ;;
       esac
       log "end $step: $((SECONDS - t0)) s"
@@ -258,6 +266,7 @@ case $1 in
     for f in "$R"/deploy*/pytest-*.log; do [ -f "$f" ] && { echo "== $f"; tail -4 "$f"; }; done
     [ -f "$R/pytest-gpu.log" ] && { echo "== $R/pytest-gpu.log"
       grep -E "PASSED|FAILED|SKIPPED|ERROR|^exit|^not run|^E " "$R/pytest-gpu.log" | cut -c1-300 | tail -60; }
+    for f in "$R"/order-*/yolov8n.log; do [ -f "$f" ] && { echo "== $f"; grep -v 'it/s\|img/s' "$f" | tail -12 | cut -c1-300; }; done
     for f in "$R"/qdq-*.log "$R"/fp16-*.log; do [ -f "$f" ] && { echo "== $f"; grep -v 'it/s' "$f" | tail -3 | cut -c1-300; }; done
     ls -la "$out"; [ -f "$P/done" ] && echo PIPELINE-DONE || echo "PIPELINE-RUNNING: $(tail -1 "$P/progress.log")"
     ;;
