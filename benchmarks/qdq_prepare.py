@@ -1,8 +1,8 @@
-"""The CPU half of benchmarks/qdq_table.py (issue 22): for MobileNetV2, YOLOv3-tiny and YOLOv8n-320, the FP32
+"""The CPU half of benchmarks/qdq_table.py (issue 22): for MobileNetV2, YOLOv3-tiny, YOLOv8n-320 and PP-LCNet, the FP32
 model, the calibration and evaluation images, calib's caches for every algorithm (+ sidecars), the CPU
 simulation that picks the best cache, and ModelOpt's Q/DQ model made from that cache (the same scales).
 
-    python benchmarks/qdq_prepare.py [--out benchmarks/qdq-stage] [--models mbv2,yolov3-tiny,yolov8n]
+    python benchmarks/qdq_prepare.py [--out benchmarks/qdq-stage] [--models mbv2,yolov3-tiny,yolov8n,pplcnet]
         [--photos224 photos_224.npy] [--modelopt-python PYTHON] [--eval-limit N]
 
 Writes, under OUT (git-ignored):
@@ -101,7 +101,7 @@ def fp32_model(key: str, dst: Path) -> Path:
     if key == "mbv2":
         src = MBV2
     else:
-        src = fetch("yolov3-tiny" if key == "yolov3-tiny" else "yolov8n-320")
+        src = fetch({"yolov8n": "yolov8n-320", "pplcnet": "pplcnet-orientation"}.get(key, key))
     model = onnx.load(str(src))
     if key == "yolov8n":  # dynamic H/W: fixed to 320 so that TensorRT, calib and ModelOpt see one shape
         dims = model.graph.input[0].type.tensor_type.shape.dim
@@ -165,7 +165,7 @@ def prepare(key: str, args, stage: Path, local: Path) -> dict:
     d.mkdir(parents=True, exist_ok=True)
     ld.mkdir(parents=True, exist_ok=True)
     model = fp32_model(key, d / "model.onnx")
-    if key == "mbv2":
+    if m.task == "classification":  # MobileNetV2, PP-LCNet: both take a 224 crop of a 256 side, ImageNet mean/std
         cal = ev = photos_224(args.photos224)
         data = {"calibration": "the 256 golden photos (tests/golden/trt86-h200/make_calib_data.py)",
                 "evaluation": "the same 256 photos (as benchmarks/trt_table.py)"}

@@ -2,7 +2,7 @@
 calib's Q/DQ model from the same cache, and ModelOpt's Q/DQ model from the same cache; latency, accuracy
 against ONNX Runtime FP32, engine layers per precision, and per-layer profiles where calib has them.
 
-    python benchmarks/qdq_table.py --model mbv2|yolov3-tiny|yolov8n [--data DIR] [--out DIR] [--opt-level 3]
+    python benchmarks/qdq_table.py --model mbv2|yolov3-tiny|yolov8n|pplcnet [--data DIR] [--out DIR] [--opt-level 3]
         [--only fp16,implicit,calib-qdq,modelopt-qdq] [--batch N] [--eval-limit N] [--deadline-s 500]
         [--timing-cache FILE] [--redo]
 
@@ -40,7 +40,7 @@ QDQ_JOBS = ("calib-qdq", "calib-qdq-int8w", "calib-qdq-like", "calib-qdq-stem", 
 # --residual-branch (calib-qdq: the tree's default, conv since the H100 timings of 2026-12-06)
 RESIDUAL = {"calib-qdq-resconv": "conv", "calib-qdq-resact": "act", "calib-qdq-resfloat": "float"}
 RANK = ("rank-minmax", "rank-entropy", "rank-percentile", "rank-mse")  # implicit engines of every cache, accuracy only
-BUILD_ESTIMATE_S = {"mbv2": 150, "yolov3-tiny": 220, "yolov8n": 200}  # level 3 on an H200, with margin
+BUILD_ESTIMATE_S = {"mbv2": 150, "yolov3-tiny": 220, "yolov8n": 200, "pplcnet": 150}  # level 3, H200, with margin
 PROFILED = ("implicit", "modelopt-qdq") + QDQ_JOBS
 log = logging.getLogger("qdq_table")
 
@@ -228,7 +228,7 @@ def main() -> None:
         # build + measuring
         est = (args.estimate_scale * max(seen_build) if seen_build else BUILD_ESTIMATE_S[args.model]) + 20
         if ranked:
-            est = 60 + 10 * (args.model != "mbv2")  # level 0-1 builds take 10-40 s
+            est = 60 + 10 * (m.task != "classification")  # level 0-1 builds take 10-40 s
         if time.time() - t_start + est > args.deadline_s:
             log.warning("%s: not started (%.0f s used, a build may take %.0f s, deadline %.0f s): run again",
                         name, time.time() - t_start, est, args.deadline_s)
