@@ -269,7 +269,9 @@ case $1 in
     for f in "$R"/deploy*/pytest-*.log; do [ -f "$f" ] && { echo "== $f"; tail -4 "$f"; }; done
     [ -f "$R/pytest-gpu.log" ] && { echo "== $R/pytest-gpu.log"
       grep -E "PASSED|FAILED|SKIPPED|ERROR|^exit|^not run|^E " "$R/pytest-gpu.log" | cut -c1-300 | tail -60; }
-    for f in "$R"/order-*/yolov8n.log; do [ -f "$f" ] && { echo "== $f"; grep -v 'it/s\|img/s' "$f" | tail -12 | cut -c1-300; }; done
+    for f in "$R"/order-*/yolov8n.log; do
+      [ -f "$f" ] && { echo "== $f"; grep -v 'it/s\|img/s' "$f" | tail -12 | cut -c1-300; }
+    done
     for f in "$R"/qdq-*.log "$R"/fp16-*.log; do [ -f "$f" ] && { echo "== $f"; grep -v 'it/s' "$f" | tail -3 | cut -c1-300; }; done
     ls -la "$out"; [ -f "$P/done" ] && echo PIPELINE-DONE || echo "PIPELINE-RUNNING: $(tail -1 "$P/progress.log")"
     ;;
