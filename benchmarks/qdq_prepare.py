@@ -98,10 +98,8 @@ def fp32_model(key: str, dst: Path) -> Path:
 
     from calib.zoo import fetch
 
-    if key == "mbv2":
-        src = MBV2
-    else:
-        src = fetch({"yolov8n": "yolov8n-320", "pplcnet": "pplcnet-orientation"}.get(key, key))
+    zoo_name = MODELS[key].zoo
+    src = fetch(zoo_name) if zoo_name else MBV2
     model = onnx.load(str(src))
     if key == "yolov8n":  # dynamic H/W: fixed to 320 so that TensorRT, calib and ModelOpt see one shape
         dims = model.graph.input[0].type.tensor_type.shape.dim
