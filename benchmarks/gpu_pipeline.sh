@@ -144,13 +144,14 @@ case $1 in
           ;;
         l3-mbv2|l3-pplcnet)  # issue 40: a zoo classifier (MobileNetV2, PP-LCNet) at level 3, batch 1 then 4
           # (L3_BATCHES): implicit, calib's Q/DQ, FP16, ModelOpt's Q/DQ, then in turns (the staged qdq22 must hold the
-          # model: qdq_prepare.py --models mbv2 / pplcnet); MBV2_DEADLINE caps each batch's builds
-          c=${step#l3-}
+          # model: qdq_prepare.py --models mbv2 / pplcnet); MBV2_DEADLINE caps each batch's builds, L3_ENGINES picks
+          # them and their order (PP-LCNet's implicit build alone took 770 s on an H100)
+          c=${step#l3-} engines=${L3_ENGINES:-implicit,calib-qdq,fp16,modelopt-qdq}
           for b in ${L3_BATCHES:-1 4}; do
-            QDQ_DEADLINE=${MBV2_DEADLINE:-900} qdq "$c" 3 "$b" implicit,calib-qdq,fp16,modelopt-qdq \
+            QDQ_DEADLINE=${MBV2_DEADLINE:-900} qdq "$c" 3 "$b" "$engines" \
               /tmp/qdq22/$c-l3-b$b 960 > "$R/l3-$c-b$b.log" 2>&1
             echo "exit $?" >> "$R/l3-$c-b$b.log"
-            turns /tmp/qdq22/$c-l3-b$b implicit,calib-qdq,fp16,modelopt-qdq > "$R/alt-$c-b$b.log" 2>&1
+            turns /tmp/qdq22/$c-l3-b$b "$engines" > "$R/alt-$c-b$b.log" 2>&1
           done
           ;;
         l3-yolov8n-alt)  # issue 40: level 3, batch 4: implicit and calib's default Q/DQ, timed in turns (plain and as
@@ -227,9 +228,11 @@ case $1 in
         yolov8n-run) bash benchmarks/deploy_gpu.sh "$R/deploy-run8" 1 yolov8n > "$R/deploy-yolov8n-run.log" 2>&1 ;;
         order-yolov8n)  # recipes/yolov8n.yaml with backend tensorrt, all four caches' implicit engines (level 1): the
           # engines' order for benchmarks/engine_order.py (report in order-yolov8n/yolov8n-trt.tgz; YOLO_S caps it,
-          # Y8_REFERENCE the float engines built first: [] builds the INT8 ones only)
+          # Y8_REFERENCE the float engines built first: [] builds the INT8 ones only; Y8_MODEL the ONNX file: the zoo's
+          # (height and width dynamic) by default, /opt/extra/qdq22/yolov8n/model.onnx is the same model at 320x320,
+          # whose level-1 implicit engine ran 94 layers in INT8 where the zoo file's, through calib run, listed none)
           YOLO_S=${YOLO_S:-900} bash benchmarks/run_gpu.sh yolov8n "$R/order-yolov8n" \
-            /opt/extra/calib-home/zoo/yolov8n-320/yolov8n-320.onnx 1 > "$R/order-yolov8n.log" 2>&1
+            "${Y8_MODEL:-/opt/extra/calib-home/zoo/yolov8n-320/yolov8n-320.onnx}" 1 > "$R/order-yolov8n.log" 2>&1
           ;;
         *) log "unknown step $step" ;;
       esac

@@ -195,9 +195,12 @@ output: out
     assert "| engine layer | precision | ms | share | tactic |" in text
     from calib.zoo import home
 
-    timing = sorted(p.name.rsplit("-", 1)[1] for p in (home() / "timing").glob(
-        f"trt-8.6.0-{sha256_file(CNN)[:16]}-*.timing"))  # one per precision set, none shared with other graphs
-    assert timing == ["fp32+fp16.timing", "fp32.timing", "int8+fp16.timing"], timing
+    head = f"trt-8.6.0-{sha256_file(CNN)[:16]}-"
+    timing = sorted(p.name[len(head):] for p in (home() / "timing").glob(f"{head}*.timing"))
+    # one per precision set and INT8 cache, none shared with other graphs (a marked engine is another graph)
+    assert timing == ["fp32+fp16.timing", "fp32.timing", "int8+fp16+minmax.timing",
+                      "int8+fp16+percentile+marked.timing", "int8+fp16+percentile.timing",
+                      "int8+fp16+tensorrt-minmax.timing"], timing
 
 
 def test_sensitivity_with_tensorrt_backend_verifies_on_engines(tmp_path):

@@ -68,9 +68,9 @@ def build_engines(recipe: Recipe, model_path: Path, info, amax: dict, calib_sour
     from calib.zoo.registry import home
 
     def timing(precisions) -> str:
-        """The recipe's timing cache, else one per model and precision set: on TensorRT 8.6 a cache written by a
-        build of another graph (another model, or the same model in another precision) made Myelin refuse it
-        ("Myelin error from unknown graph") on YOLOv8n and MiniLM."""
+        """The recipe's timing cache, else one per model, precision set and INT8 cache: on TensorRT 8.6 a cache
+        written by a build of another graph (another model, the same model in another precision, or with another
+        calibration cache) made Myelin refuse it ("Myelin error from unknown graph") on YOLOv8n and MiniLM."""
         if b.timing_cache:
             return b.timing_cache
         return str(home() / "timing" / f"trt-{trt.__version__}-{info.sha256[:16]}-{'+'.join(precisions)}.timing")
@@ -96,11 +96,13 @@ def build_engines(recipe: Recipe, model_path: Path, info, amax: dict, calib_sour
     int8 = BuildSpec(precisions=tuple(b.precision), layer_precisions=rules, constraints=b.constraints,
                      timing_cache=timing(tuple(b.precision)), **base)
     marked = replace(int8, mark_outputs=("*", *extra_outputs))
-    for algo, am in amax.items():
+    own = lambda spec, *key: replace(spec, timing_cache=timing((*b.precision, *key)))  # noqa: E731
+    for algo, am in amax.items():  # a timing cache per cache: on YOLOv8n (an H100, TensorRT 8.6) the entropy build
+        # could not read back the one the minmax build had written ("Myelin error from unknown graph")
         feed = lambda am=am: cache_calibrator(am, trt, recipe.calibration.carrier)  # noqa: E731
-        jobs.append((f"trt-int8-{algo}", int8, feed, f"{algo}.cache"))
-        if algo in b.layerwise:
-            jobs.append((f"trt-int8-{algo}{MARKED}", marked, feed, f"{algo}.cache"))
+        jobs.append((f"trt-int8-{algo}", own(int8, algo), feed, f"{algo}.cache"))
+        if algo in b.layerwise:  # every layer an output: another graph
+            jobs.append((f"trt-int8-{algo}{MARKED}", own(marked, algo, "marked"), feed, f"{algo}.cache"))
     if b.qdq:  # explicit INT8: calib's Q/DQ model of each algorithm, built with no calibrator
         from calib.io.files import atomic_write_bytes
         from calib.quantize.qdq import insert_qdq
@@ -110,14 +112,14 @@ def build_engines(recipe: Recipe, model_path: Path, info, amax: dict, calib_sour
             path = stage / f"{Path(model_path).stem}.{algo}.qdq.onnx"
             atomic_write_bytes(path, insert_qdq(proto, am).SerializeToString())
             qdq_files[f"trt-qdq-{algo}"] = path
-            spec = replace(int8, timing_cache=timing((*b.precision, "qdq", algo)))  # another graph: its own cache
+            spec = own(int8, "qdq", algo)  # another graph: its own cache
             jobs.append((f"trt-qdq-{algo}", spec, lambda: None, f"{algo}.cache"))
         del proto
     if b.trt_calibrator:
         kind = b.trt_calibrator
         inputs = sample_shapes(calib_source, [n for n, _, _ in info.inputs])
         cache = stage / f"tensorrt-{kind}.cache"
-        jobs.append((f"trt-int8-tensorrt-{kind}", int8,
+        jobs.append((f"trt-int8-tensorrt-{kind}", own(int8, f"tensorrt-{kind}"),
                      lambda: make_calibrator(kind, calib_source, inputs, calibration_batch(profiles, b.batch_size),
                                              cuda, cache, info.sha256, trt),
                      cache.name))
@@ -127,12 +129,10 @@ def build_engines(recipe: Recipe, model_path: Path, info, amax: dict, calib_sour
     for name, spec, make, cache_name in jobs:
         log.info("building %s", name)
         built: Built = build(qdq_files.get(name, model_path), spec, make(), trt, cuda)
-        if name.startswith(("trt-int8", "trt-qdq")) and not name.endswith(MARKED) and \
-                not any(la.get("precision") == "int8" for la in built.layers):
-            log.warning("%s: TensorRT ran no layer in INT8%s", name,
-                        "" if name.startswith("trt-qdq") or b.qdq else
-                        " (a transformer's attention goes to Myelin, which takes no implicit INT8 in TensorRT 8.6: "
-                        "set backend.qdq to build the Q/DQ models)")
+        if name.startswith(("trt-int8", "trt-qdq")) and not name.endswith(MARKED):
+            note = no_int8_note(built, proto, implicit=not name.startswith("trt-qdq") and not b.qdq)
+            if note:
+                log.warning("%s: %s", name, note)
         out.built[name] = built
         out.runners[name] = TrtRunner(built.plan, trt, cuda, label=name)
         out.runners[name].perturbed = name.endswith(MARKED)  # evaluate() compares its every output per layer
@@ -150,6 +150,26 @@ def build_engines(recipe: Recipe, model_path: Path, info, amax: dict, calib_sour
                 "profiles": to_json(profiles),
                 "layer_precisions": list(rules), "engines": {}}
     return out
+
+
+def no_int8_note(built: Built, proto, implicit: bool) -> str | None:
+    """What to say of an INT8 engine that ran no layer in INT8 (None where it ran some): the engine's layer counts,
+    and, for an implicit engine of a model with attention (a MatMul of two activations and a Softmax), that TensorRT
+    8.6 gives attention to Myelin, which takes no implicit INT8 (MiniLM's engine: one Myelin layer in FP16)."""
+    if any(la.get("precision") == "int8" for la in built.layers):
+        return None
+    counts = ", ".join(f"{k} {v}" for k, v in sorted(built.info.get("layer_summary", {}).items())) or "none listed"
+    level = built.info.get("optimization_level")
+    at = "" if level is None else f"; builder level {level}"
+    text = f"TensorRT ran no layer in INT8 (engine layers: {counts}{at})"
+    g = proto.graph
+    consts = {t.name for t in g.initializer} | {o for n in g.node if n.op_type == "Constant" for o in n.output}
+    attention = any(n.op_type == "Softmax" for n in g.node) and any(
+        n.op_type == "MatMul" and all(t not in consts for t in n.input[:2]) for n in g.node)
+    if implicit and attention:
+        text += ("; a transformer's attention goes to Myelin, which takes no implicit INT8 in TensorRT 8.6: set "
+                 "backend.qdq to build the Q/DQ models")
+    return text
 
 
 def _check_batch(profiles, batch: int, recipe_file: str) -> None:

@@ -8,8 +8,12 @@ Two sources:
   engine's hit rate):
   * implicit INT8 (int8 + fp16 builder flags, a calibration cache): every layer calib's Q/DQ placement quantizes
     (Conv/Gemm/MatMul, pooling, a residual Add fused into its Conv, value-moving layers and Concats between INT8
-    layers) runs in INT8, with the activation after a Conv (Relu, Clip, LeakyRelu, ...) and a residual Add fused
-    into it (not a LeakyRelu after the first Conv on a 3-channel input: TensorRT's first-layer kernel did not); every other layer runs in float: FP32 for element-wise and shape layers (a detector's decoding: the
+    layers) runs in INT8, with the activation after a Conv (Relu, Clip, LeakyRelu, ...), a bias or scale (Add or
+    Mul of a constant) and a residual Add fused into it. Not fused: LeakyRelu or HardSwish after the first Conv on
+    a 3-channel input (TensorRT's first-layer kernel), HardSwish after a depthwise Conv (PP-LCNet's engine); each
+    runs as an INT8 point-wise layer of its own. Point-wise layers between INT8 layers (an activation, a product
+    of two such tensors, an Identity: a squeeze-excitation block) run in INT8 too. Every other layer runs in
+    float: FP32 for element-wise and shape layers (a detector's decoding: the
     YOLOv3-tiny engine ran its 22 such layers in FP32 with FP16 allowed), FP16 for a Conv/Gemm/pooling left out
     of INT8. Measured exceptions the rules do not predict: TensorRT times tactics and may keep the last layers of
     a network in FP16 where that is faster (1 of 8 MobileNetV2 engines ran its 7x7 tail, 4 layers, in FP16);
@@ -75,7 +79,7 @@ class PrecisionModel:
 def _first_layer(g: Graph, model: onnx.ModelProto, i: int) -> bool:
     """A Conv on a network input with at most 4 channels: TensorRT 8.6 runs it with its 'first layer' INT8 kernel,
     which fused Relu/Clip (MobileNetV2) but not LeakyRelu (YOLOv3-tiny: layer0 and its LeakyRelu are two INT8
-    engine layers)."""
+    engine layers) nor HardSwish (PP-LCNet)."""
     node = g.nodes[i]
     ins = {v.name: v for v in model.graph.input}
     if not node.input or node.input[0] not in ins:
@@ -84,28 +88,126 @@ def _first_layer(g: Graph, model: onnx.ModelProto, i: int) -> bool:
     return len(dims) == 4 and dims[1].HasField("dim_value") and dims[1].dim_value <= 4
 
 
-def _fused_followers(g: Graph, start: int, int8: set, first: bool = False) -> list[int]:
-    """Nodes TensorRT fuses after an INT8 Conv: a chain of single-consumer activations, and a residual Add whose
-    other input the placement quantized, followed by its activation (`first`: no LeakyRelu, see _first_layer)."""
+def _depthwise(model: onnx.ModelProto, node) -> bool:
+    """A grouped Conv with one input channel per group (a depthwise Conv)."""
+    group = next((a.i for a in node.attribute if a.name == "group"), 1)
+    if group <= 1 or len(node.input) < 2:
+        return False
+    w = next((t for t in model.graph.initializer if t.name == node.input[1]), None)
+    return w is not None and len(w.dims) == 4 and w.dims[1] == 1
+
+
+def _unfused(g: Graph, model: onnx.ModelProto, i: int) -> frozenset:
+    """The activations TensorRT 8.6's INT8 kernel for Conv i does not fuse (each then runs as an INT8 point-wise
+    layer of its own, reading the Conv's output rounded): LeakyRelu and HardSwish after the first-layer kernel,
+    HardSwish after a depthwise Conv (PP-LCNet on an H100, level 3: its 13 depthwise Convs and its stem Conv each
+    wrote INT8 into a HardSwish layer; its 1x1 Convs fused theirs)."""
+    if _first_layer(g, model, i):
+        return frozenset({"LeakyRelu", "HardSwish"})
+    return frozenset({"HardSwish"}) if _depthwise(model, g.nodes[i]) else frozenset()
+
+
+def _silu(g: Graph, t: str, cons: list[int]) -> list[int] | None:
+    """[Sigmoid, Mul] where the two readers of `t` compute t * sigmoid(t), the Sigmoid read by that Mul only."""
+    sig = [j for j in cons if g.nodes[j].op_type == "Sigmoid"]
+    mul = [j for j in cons if g.nodes[j].op_type == "Mul"]
+    if len(sig) != 1 or len(mul) != 1:
+        return None
+    s_out = g.nodes[sig[0]].output[0]
+    if g.consumers.get(s_out, []) != mul or sorted(g.nodes[mul[0]].input) != sorted([t, s_out]):
+        return None
+    return [sig[0], mul[0]]
+
+
+def _residual_after(g: Graph, i: int, int8: set) -> int | None:
+    """The residual Add (two tensors, quantized by the placement) that node i's output alone feeds, else None."""
+    cons = g.consumers.get(g.nodes[i].output[0], [])
+    if len(cons) != 1 or g.nodes[cons[0]].op_type != "Add" or cons[0] not in int8:
+        return None
+    return cons[0] if len([t for t in g.nodes[cons[0]].input if t and t not in g.constants]) == 2 else None
+
+
+def _silu_residual(g: Graph, conv: int, int8: set) -> list[int]:
+    """[Sigmoid, Mul, Add, its activations] behind Conv `conv` where its SiLU feeds a residual Add: TensorRT 8.6 ran
+    them as one INT8 point-wise layer beside the Conv (YOLOv8n's bottlenecks on an H100), the Conv writing INT8."""
+    t = g.nodes[conv].output[0]
+    silu = _silu(g, t, g.consumers.get(t, []))
+    add = _residual_after(g, silu[-1], int8) if silu else None
+    return [] if add is None else silu + [add] + _fused_followers(g, add, int8)
+
+
+def _fused_followers(g: Graph, start: int, int8: set, stop: frozenset = frozenset()) -> list[int]:
+    """Nodes TensorRT fuses after an INT8 Conv: a chain of single-consumer activations, a bias or scale (an Add or
+    Mul of a constant), and a residual Add whose other input the placement quantized, followed by its activation
+    (`stop`: activations this Conv's kernel does not fuse, see _unfused)."""
     out, i = [], start
     while True:
         outs = [t for t in g.nodes[i].output if t]
         cons = g.consumers.get(outs[0], []) if outs else []
+        silu = _silu(g, outs[0], cons) if len(cons) == 2 and "Sigmoid" not in stop else None
+        if silu and _residual_after(g, silu[-1], int8) is not None:  # YOLOv8's bottleneck: the Conv alone, its
+            return out  # SiLU and the residual Add an INT8 point-wise layer of their own (_silu_residual)
+        if silu:  # x * sigmoid(x): YOLOv8's activation, one point-wise layer with its Conv
+            out += silu
+            i = silu[-1]
+            continue
         if len(cons) != 1:
             return out
         j = cons[0]
         node = g.nodes[j]
-        if first and node.op_type == "LeakyRelu":
+        if node.op_type in stop:
             return out
-        if node.op_type in FUSIBLE_ACT or (node.op_type == "Add" and j in int8):
+        variable = [t for t in node.input if t and t not in g.constants]
+        if node.op_type in FUSIBLE_ACT or (node.op_type == "Add" and j in int8) or \
+                (node.op_type in ("Add", "Mul") and len(variable) == 1):
             out.append(j)
             i = j
             continue
-        if node.op_type == "Mul" and len([t for t in node.input if t not in g.constants]) == 2:  # SiLU: x*sigmoid
+        if node.op_type == "Mul" and len(variable) == 2:  # SiLU: x*sigmoid
             out.append(j)
             i = j
             continue
         return out
+
+
+POINTWISE = frozenset({"Relu", "Clip", "LeakyRelu", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish"})
+
+
+def _pointwise_between(g: Graph, int8: set, owner: dict) -> list[list[int]]:
+    """Point-wise layers between INT8 layers, which TensorRT 8.6 runs in INT8 too (reading and writing INT8):
+    an activation, a product of two such tensors, an Identity (a no-op layer of its own), when every tensor it reads
+    comes from an INT8 layer and what it writes reaches one (PP-LCNet's squeeze-excitation: Relu, HardSigmoid * x,
+    its Identities). A chain of them with one reader each is one engine layer (HardSigmoid + Mul); a decoding tail
+    that reaches no INT8 layer stays in float."""
+    cand = {i for i, n in enumerate(g.nodes) if i not in owner and i not in int8 and
+            (n.op_type in POINTWISE or n.op_type == "Identity" or
+             (n.op_type == "Mul" and len([t for t in n.input if t and t not in g.constants]) == 2))}
+    on = set(cand)
+    in8 = lambda i: i in on or i in owner or i in int8  # noqa: E731
+    changed = True
+    while changed:  # the largest set that holds: INT8 in and INT8 out
+        changed = False
+        for i in sorted(on):
+            n = g.nodes[i]
+            srcs = [g.producer.get(t) for t in n.input if t and t not in g.constants]
+            readers = [c for o in n.output if o for c in g.consumers.get(o, [])]
+            if not srcs or any(p is None or not in8(p) for p in srcs) or not any(in8(c) for c in readers):
+                on.discard(i)
+                changed = True
+    groups, seen = [], set()
+    for i in sorted(on):
+        if i in seen:
+            continue
+        group = [i]
+        seen.add(i)
+        while g.nodes[group[-1]].op_type != "Identity":
+            cons = g.consumers.get(g.nodes[group[-1]].output[0], [])
+            if len(cons) != 1 or cons[0] not in on or cons[0] in seen or g.nodes[cons[0]].op_type == "Identity":
+                break
+            group.append(cons[0])
+            seen.add(cons[0])
+        groups.append(group)
+    return groups
 
 
 def _rules(model: onnx.ModelProto, mode: str, exclude=lambda node: False) -> PrecisionModel:
@@ -115,18 +217,23 @@ def _rules(model: onnx.ModelProto, mode: str, exclude=lambda node: False) -> Pre
     layers, owner = [], {}
     for i, node in enumerate(g.nodes):  # Conv + activation (+ residual Add + activation): one INT8 layer
         if i in int8 and node.op_type in BACKBONES and i not in owner:
-            first = _first_layer(g, model, i)
-            group = [i] + _fused_followers(g, i, int8, first)
+            stop = _unfused(g, model, i)
+            group = [i] + _fused_followers(g, i, int8, stop)
             for j in group:
                 owner[j] = len(layers)
             layers.append(group)
-            if first:  # the LeakyRelu it did not fuse: an INT8 point-wise layer of its own
-                cons = g.consumers.get(g.nodes[group[-1]].output[0], [])
-                if len(cons) == 1 and g.nodes[cons[0]].op_type == "LeakyRelu":
-                    follow = [cons[0]] + _fused_followers(g, cons[0], int8)
-                    for j in follow:
-                        owner[j] = len(layers)
-                    layers.append(follow)
+            cons = g.consumers.get(g.nodes[group[-1]].output[0], [])
+            follow = _silu_residual(g, group[-1], int8)
+            if stop and len(cons) == 1 and g.nodes[cons[0]].op_type in stop:  # the activation it did not fuse:
+                follow = [cons[0]] + _fused_followers(g, cons[0], int8)  # an INT8 point-wise layer of its own
+            if follow:
+                for j in follow:
+                    owner[j] = len(layers)
+                layers.append(follow)
+    for group in _pointwise_between(g, int8, owner):
+        for j in group:
+            owner[j] = len(layers)
+        layers.append(group)
     fused = set(owner)
     for i, node in enumerate(g.nodes):
         if i not in owner and node.op_type not in SKIP:

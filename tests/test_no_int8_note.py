@@ -1,0 +1,33 @@
+"""What `calib run` says of an INT8 engine that ran no layer in INT8: the engine's own layer counts always, the
+transformer hint (attention goes to Myelin in TensorRT 8.6) only for an implicit engine of a model with attention.
+On an H100 the YOLOv8n-320 engines of `calib run` at builder level 1 listed fp32 183, reformat 7 with no INT8
+layer, and the warning blamed a transformer's attention: YOLOv8n has none."""
+import onnx
+
+from calib.deploy.jobs import no_int8_note
+from calib.runners.tensorrt.builder import Built
+from conftest import conv_relu_gap, tiny_transformer
+
+
+def _built(*precisions, level=1):
+    layers = [{"name": f"l{k}", "precision": p, "fused": [f"l{k}"]} for k, p in enumerate(precisions)]
+    counts = {}
+    for p in precisions:
+        counts[p] = counts.get(p, 0) + 1
+    return Built(b"", 1.0, layers, {"layer_summary": counts, "optimization_level": level})
+
+
+def test_a_cnn_engine_without_int8_names_its_layers_not_attention(tmp_path):
+    cnn = onnx.load(str(conv_relu_gap(tmp_path / "cnn.onnx")))
+    note = no_int8_note(_built("fp32", "fp32", "fp16"), cnn, implicit=True)
+    assert note == "TensorRT ran no layer in INT8 (engine layers: fp16 1, fp32 2; builder level 1)"
+    assert no_int8_note(_built("fp32", "int8"), cnn, implicit=True) is None
+    assert no_int8_note(_built("fp32", level=None), cnn, implicit=True).endswith("(engine layers: fp32 1)")
+
+
+def test_a_transformer_gets_the_myelin_hint_only_for_its_implicit_engine(tmp_path):
+    tr = onnx.load(str(tiny_transformer(tmp_path / "tr.onnx")))
+    note = no_int8_note(_built("fp16", level=3), tr, implicit=True)
+    assert note.startswith("TensorRT ran no layer in INT8 (engine layers: fp16 1; builder level 3); a transformer")
+    assert "set backend.qdq" in note
+    assert "transformer" not in no_int8_note(_built("fp16"), tr, implicit=False)  # a Q/DQ engine: no such hint
