@@ -8,10 +8,11 @@ Two sources:
   engine's hit rate):
   * implicit INT8 (int8 + fp16 builder flags, a calibration cache): every layer calib's Q/DQ placement quantizes
     (Conv/Gemm/MatMul, pooling, a residual Add fused into its Conv, value-moving layers and Concats between INT8
-    layers) runs in INT8, with the activation after a Conv (Relu, Clip, LeakyRelu, ...), a bias or scale (Add or
-    Mul of a constant) and a residual Add fused into it. Not fused: LeakyRelu or HardSwish after the first Conv on
-    a 3-channel input (TensorRT's first-layer kernel), HardSwish after a depthwise Conv (PP-LCNet's engine); each
-    runs as an INT8 point-wise layer of its own. Point-wise layers between INT8 layers (an activation, a product
+    layers) runs in INT8, with the activation after a Conv (Relu, Clip, LeakyRelu, SiLU, ...), a bias or scale (Add
+    or Mul of a constant) and a residual Add fused into it. Not fused: LeakyRelu or HardSwish after the first Conv on
+    a 3-channel input (TensorRT's first-layer kernel), HardSwish after a depthwise Conv (PP-LCNet's engine), a SiLU
+    that feeds a residual Add (YOLOv8's bottleneck: SiLU and Add one layer beside the Conv); each runs as an INT8
+    point-wise layer of its own. Point-wise layers between INT8 layers (an activation, a product
     of two such tensors, an Identity: a squeeze-excitation block) run in INT8 too. Every other layer runs in
     float: FP32 for element-wise and shape layers (a detector's decoding: the
     YOLOv3-tiny engine ran its 22 such layers in FP32 with FP16 allowed), FP16 for a Conv/Gemm/pooling left out
