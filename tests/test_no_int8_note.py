@@ -6,15 +6,13 @@ import onnx
 
 from calib.deploy.jobs import no_int8_note
 from calib.runners.tensorrt.builder import Built
+from calib.runners.tensorrt.inspect import summary
 from conftest import conv_relu_gap, tiny_transformer
 
 
 def _built(*precisions, level=1):
     layers = [{"name": f"l{k}", "precision": p, "fused": [f"l{k}"]} for k, p in enumerate(precisions)]
-    counts = {}
-    for p in precisions:
-        counts[p] = counts.get(p, 0) + 1
-    return Built(b"", 1.0, layers, {"layer_summary": counts, "optimization_level": level})
+    return Built(b"", 1.0, layers, {"layer_summary": summary(layers), "optimization_level": level})
 
 
 def test_a_cnn_engine_without_int8_names_its_layers_not_attention(tmp_path):

@@ -13,6 +13,7 @@ from calib.cli.common import given_path
 from calib.cli.common import handled as _handled
 from calib.cli.data import data_options, with_data
 from calib.errors import CalibError
+from calib.runners.tensorrt.inspect import counts_text
 
 
 def _has_tensorrt() -> bool:
@@ -140,7 +141,7 @@ def build(model, out, cache, calibrator, data_args, precision, layer_precision, 
     cal_batch = calibration_batch(spec.profiles, batch_size)
     with materialized(data_args, model, cal_batch if calibrator else 0) as (data, preprocess):
         info = build_engine_file(model, out, spec, cache, calibrator, data, preprocess, ignore_hash, allow_unknown)
-    counts = ", ".join(f"{k} {v}" for k, v in sorted(info["layer_summary"].items()))
+    counts = counts_text(info["layer_summary"])
     click.echo(f"wrote {out} ({'+'.join(info['precisions'])}, {info['build_seconds']:.1f} s; layers: {counts})")
     if info.get("strongly_typed"):
         click.echo(f"  strongly typed (TensorRT {info['tensorrt']}): every layer runs in the type the model gives it "

@@ -13,12 +13,13 @@ from calib.deploy.precision import from_inspector
 from calib.errors import RecipeError
 from calib.io.files import atomic_write_text
 from calib.quantize.qdq import Exclusions, quantizable_layers
+from calib.quantize.ties import Graph
 from calib.recipe import Recipe
 from calib.runners.tensorrt import compat
 from calib.runners.tensorrt.builder import (BuildSpec, Built, build, read_layer_precisions, recipe_shapes,
                                             write_engine)
 from calib.runners.tensorrt.calibrators import cache_calibrator, make_calibrator, sample_shapes
-from calib.runners.tensorrt.inspect import node_precisions
+from calib.runners.tensorrt.inspect import counts_text, node_precisions
 from calib.runners.tensorrt.profile import format_table, profile_layers
 from calib.runners.tensorrt.profiles import calibration_batch, normalize, to_json
 from calib.runners.tensorrt.runner import TrtRunner, graph_latency
@@ -93,9 +94,9 @@ def build_engines(recipe: Recipe, model_path: Path, info, amax: dict, calib_sour
         prec = ("fp32",) if ref == "fp32" else ("fp32", "fp16")
         jobs.append((f"trt-{ref}", BuildSpec(precisions=prec, timing_cache=timing(prec), **base), lambda: None, None))
     qdq_files = {}
-    int8 = BuildSpec(precisions=tuple(b.precision), layer_precisions=rules, constraints=b.constraints,
-                     timing_cache=timing(tuple(b.precision)), **base)
+    int8 = BuildSpec(precisions=tuple(b.precision), layer_precisions=rules, constraints=b.constraints, **base)
     marked = replace(int8, mark_outputs=("*", *extra_outputs))
+    # every INT8 job gets a timing cache of its own
     own = lambda spec, *key: replace(spec, timing_cache=timing((*b.precision, *key)))  # noqa: E731
     for algo, am in amax.items():  # a timing cache per cache: on YOLOv8n (an H100, TensorRT 8.6) the entropy build
         # could not read back the one the minmax build had written ("Myelin error from unknown graph")
@@ -158,14 +159,13 @@ def no_int8_note(built: Built, proto, implicit: bool) -> str | None:
     8.6 gives attention to Myelin, which takes no implicit INT8 (MiniLM's engine: one Myelin layer in FP16)."""
     if any(la.get("precision") == "int8" for la in built.layers):
         return None
-    counts = ", ".join(f"{k} {v}" for k, v in sorted(built.info.get("layer_summary", {}).items())) or "none listed"
+    counts = counts_text(built.info.get("layer_summary", {})) or "none listed"
     level = built.info.get("optimization_level")
     at = "" if level is None else f"; builder level {level}"
     text = f"TensorRT ran no layer in INT8 (engine layers: {counts}{at})"
-    g = proto.graph
-    consts = {t.name for t in g.initializer} | {o for n in g.node if n.op_type == "Constant" for o in n.output}
-    attention = any(n.op_type == "Softmax" for n in g.node) and any(
-        n.op_type == "MatMul" and all(t not in consts for t in n.input[:2]) for n in g.node)
+    g = Graph.of(proto)
+    attention = any(n.op_type == "Softmax" for n in g.nodes) and any(
+        n.op_type == "MatMul" and all(t not in g.constants for t in n.input[:2]) for n in g.nodes)
     if implicit and attention:
         text += ("; a transformer's attention goes to Myelin, which takes no implicit INT8 in TensorRT 8.6: set "
                  "backend.qdq to build the Q/DQ models")

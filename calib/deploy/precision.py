@@ -66,7 +66,9 @@ class PrecisionModel:
         return out
 
     def describe(self) -> str:
-        c = ", ".join(f"{k} {v}" for k, v in sorted(self.counts().items()))
+        from calib.runners.tensorrt.inspect import counts_text
+
+        c = counts_text(self.counts())
         how = "the engine inspector" if self.source == "inspector" else "rules checked against TensorRT 8.6 engines"
         what = "implicit INT8 (calibration cache, int8 + fp16)" if self.mode == "implicit" else \
             "explicit quantization (Q/DQ model)"
@@ -159,12 +161,8 @@ def _fused_followers(g: Graph, start: int, int8: set, stop: frozenset = frozense
         if node.op_type in stop:
             return out
         variable = [t for t in node.input if t and t not in g.constants]
-        if node.op_type in FUSIBLE_ACT or (node.op_type == "Add" and j in int8) or \
-                (node.op_type in ("Add", "Mul") and len(variable) == 1):
-            out.append(j)
-            i = j
-            continue
-        if node.op_type == "Mul" and len(variable) == 2:  # SiLU: x*sigmoid
+        add = node.op_type == "Add" and (j in int8 or len(variable) == 1)  # a residual Add, or a bias
+        if node.op_type in FUSIBLE_ACT or node.op_type == "Mul" or add:  # Mul: a scale, or x * gate
             out.append(j)
             i = j
             continue

@@ -18,6 +18,7 @@ from calib.evaluate.decision import decide
 from calib.evaluate.deploy_choice import fp16_blocks
 from calib.deploy.measured import worth_blocks
 from calib.evaluate.placement_rows import placement_blocks
+from calib.runners.tensorrt.inspect import counts_text
 from calib.evaluate.deploy_doc import deploy_commands
 from calib.evaluate.verdict import PROXY, is_proxy, verdict
 from calib.io.files import atomic_write_text
@@ -246,7 +247,7 @@ def engine_rows(report: dict) -> list[dict]:
     for name, e in engines.items():
         lat = e.get("latency") or {}
         ms, gms = lat.get("median_ms"), (e.get("graph_latency") or {}).get("median_ms")
-        row = {"engine": name, "layers": ", ".join(f"{k} {v}" for k, v in sorted(e.get("layer_summary", {}).items())),
+        row = {"engine": name, "layers": counts_text(e.get("layer_summary", {})),
                "median_ms": ms, "build_s": e.get("build_seconds"), "min_ms": lat.get("min_ms"),
                "max_ms": lat.get("max_ms"), "runs": lat.get("runs"), "graph_ms": gms}
         for k, v in ref.items():

@@ -14,6 +14,8 @@ import logging
 import tempfile
 from pathlib import Path
 
+from calib.runners.tensorrt.inspect import counts_text
+
 log = logging.getLogger(__name__)
 
 
@@ -187,7 +189,7 @@ def markdown(e: dict) -> list[str]:
              "median ms | x FP16 | layers per precision |", "|---|---|---|---|---|---|---|---|"]
     fmt = (lambda v: "-" if v is None else f"{v:.4g}")
     for r in e["rows"]:
-        layers = ", ".join(f"{k} {v}" for k, v in sorted(r["layer_summary"].items()))
+        layers = counts_text(r["layer_summary"])
         k, share = r.get("float_layers"), r.get("int8_macs_share")
         lines.append(f"| {r['engine']} | {'-' if k is None else k} | "
                      f"{'-' if share is None else f'{100 * share:.1f} %'} | {fmt(r['value'])} | "

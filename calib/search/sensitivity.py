@@ -26,6 +26,7 @@ from calib.quantize.model import initializers_not_inputs, inspect_model
 from calib.quantize.qdq import Exclusions, insert_qdq, quantizable_layers
 from calib.quantize.shapes import fix_input_shapes, fixed_batch
 from calib.recipe import Recipe, input_paths
+from calib.runners.tensorrt.inspect import counts_text
 from calib.search.fallback import Scorer, best_of, budget_target, layer_inputs, layer_precisions, rank, search
 from calib.version import __version__
 from calib.zoo.registry import resolve
@@ -106,7 +107,7 @@ def _engine_md(e: dict, spec, target: float) -> str:
               "| layers in float | simulation | as built | engine | ms | x FP16 | engine layers |",
               "|---|---|---|---|---|---|---|"]
     for r in e["variants"]:
-        summ = ", ".join(f"{k} {v}" for k, v in sorted(r["engine_layers"].items()))
+        summ = counts_text(r["engine_layers"])
         built = r.get("as_built_score")
         lines.append(f"| {r['float_layers']} | {r['sim_score']:.4g} | {'-' if built is None else f'{built:.4g}'} | "
                      f"{r['engine_score']:.4g} | {r['median_ms']:.4f} | {r['speedup_vs_fp16']:.2f} | {summ} |")

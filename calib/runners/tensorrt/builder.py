@@ -18,7 +18,7 @@ from calib.io.files import atomic_write_bytes, replace_together, sha256_file
 from calib.io.reading import read_text
 from calib.io.nvtx import nvtx_range
 from calib.runners.tensorrt import compat, profiles as shape_profiles
-from calib.runners.tensorrt.inspect import inspector_layers, summary
+from calib.runners.tensorrt.inspect import counts_text, inspector_layers, summary
 from calib.version import __version__
 
 log = logging.getLogger(__name__)
@@ -418,7 +418,7 @@ def build(model_path, spec: BuildSpec = BuildSpec(), calibrator=None, trt=None, 
             "build_seconds": round(secs, 2), "calibrator": _calibrator_info(calibrator),
             "layer_summary": summary(layers), "layers": layers}
     log.info("built %s engine in %.1f s (%s)", "+".join(precisions), secs,
-             ", ".join(f"{k} {v}" for k, v in sorted(info["layer_summary"].items())))
+             counts_text(info["layer_summary"]))
     return Built(plan, secs, layers, info)
 
 

@@ -169,3 +169,8 @@ def summary(layers: list[dict]) -> dict:
         key = "reformat" if layer["name"].startswith("Reformatting") else layer["precision"]
         counts[key] = counts.get(key, 0) + 1
     return counts
+
+
+def counts_text(counts: dict) -> str:
+    """{'int8': 60, 'fp32': 3} -> 'fp32 3, int8 60': a summary's counts as the logs and reports print them."""
+    return ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
