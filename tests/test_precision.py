@@ -372,3 +372,29 @@ def test_a_float_layer_of_any_kind_reads_an_int8_tensor_rounded():
     assert _scales(simulated_model(m, amax, P.from_inspector(layers, m))) == {"x": [1.0]}
     layers[0].pop("int8_outputs")  # formats unknown: no guess for a Sigmoid
     assert _scales(simulated_model(m, amax, P.from_inspector(layers, m))) == {"x": [1.0]}
+
+
+def test_implicit_simulation_leaves_a_reshapes_shape_input_alone(caplog):
+    """PP-LCNet's Reshape reads its shape from a Concat of Shape/Gather nodes: a tensor of an INT8 layer with no
+    scale, which is not data (calib warned 'no scale for ... Concat.1'). Only the data input of a value-moving layer
+    is rounded."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(3)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], "conv"),
+             helper.make_node("Shape", ["c"], ["shp"], "shape"),
+             helper.make_node("Reshape", ["c", "shp"], ["r"], "reshape"),
+             helper.make_node("Conv", ["r", "w2"], ["y"], "conv2")]
+    g = helper.make_graph(nodes, "r", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 6, 6])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 4, 4])],
+                          [numpy_helper.from_array(rng.normal(0, 0.3, (2, 3, 1, 1)).astype(np.float32), "w"),
+                           numpy_helper.from_array(rng.normal(0, 0.3, (2, 2, 3, 3)).astype(np.float32), "w2")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    amax = {"x": 1.0, "c": 2.0, "r": 2.0, "y": 1.0}
+    layers = [{"name": n, "precision": "int8", "fused": [n]} for n in ("conv", "reshape", "conv2")]
+    with caplog.at_level("WARNING", logger="calib"):
+        sim = simulated_model(m, amax, P.from_inspector(layers, m))
+    assert not [r for r in caplog.records if "no scale" in r.getMessage()], caplog.text
+    assert _scales(sim) == {"x": [1.0], "c": [2.0], "r": [2.0]}  # each layer's data input; the shape never
+    x = rng.normal(0, 0.5, (1, 3, 6, 6)).astype(np.float32)
+    assert OrtRunner(sim).run({"x": x})["y"].shape == (1, 2, 4, 4)

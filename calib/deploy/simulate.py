@@ -26,7 +26,7 @@ from calib.quantize.placement import WEIGHTED
 from calib.quantize.opset import at_qdq_opset, mark_opset
 from calib.quantize.qdq import (Exclusions, WeightPairs, _order, _pair, _set_kernel_shape, activation_scale, insert_qdq,
                                 quantizable_layers)
-from calib.quantize.ties import Graph, tie_amax
+from calib.quantize.ties import CARRIERS, Graph, tie_amax
 
 log = logging.getLogger(__name__)
 # activations TensorRT 8.6 runs as a float layer of their own behind an INT8 Conv, which may then write INT8 (its
@@ -91,6 +91,8 @@ def implicit_qdq(model: onnx.ModelProto, amax: dict, pm: PrecisionModel) -> onnx
         for k, t in enumerate(node.input):
             if not t:
                 continue
+            if node.op_type in CARRIERS and k > 0:
+                continue  # a value-moving layer's shape, indices or pads: never data, never rounded
             if t in graph.constants:  # an initializer, or a constant behind Constant/Identity/Cast/... nodes
                 if node.op_type in WEIGHTED and k <= 1:
                     got = pairs.dq(node, k, t)
