@@ -229,9 +229,13 @@ def _run(recipe: Recipe, stage: Path, final: Path | None = None) -> None:
     if trt_backend:
         from calib.deploy import jobs as trt_engines
 
+        from calib.runners.budget import beside_runtime, held_now
+
         csrc_trt = make_source(recipe.calibration_data, recipe.preprocess, inputs, recipe.backend.batch_size, consts=consts)
+        before = held_now()
         es = trt_engines.build_engines(recipe, deployed if plugins else model_path, info, amax, csrc_trt, stage,
                                        extra_outputs=tuple(info.outputs) if plugins else ())
+        budget = beside_runtime(budget, before, "TensorRT, CUDA and the engines")
         engines = es.runners
         for name, (algo, excl) in es.predict.items():
             configs[name], exclude[name] = amax[algo], excl

@@ -223,6 +223,29 @@ def test_layer_precisions_by_op_type_name_and_regex(cnn_data):
         parse_layer_precisions(["op:Gemm=int4"])
 
 
+def test_a_dynamic_engine_is_inspected_through_a_context_at_its_opt_shape():
+    """TensorRT gives a dynamic-shape engine's tensor formats only to an inspector with an execution context whose
+    input shapes are set. Without one, the H100 YOLOv8n engines of `calib run` (batch 1-8) listed 190 layers with no
+    format and calib had read them as FP32: 'no layer in INT8', where the same model at a fixed batch ran 94 INT8
+    layers; `calib build` at batch 4-4 listed its formats. Here the CNN is built for batch 1-8."""
+    from calib.runners.tensorrt.builder import engine_layers
+    from calib.runners.tensorrt.inspect import inspector_layers, parse_layers
+
+    trt, mem = _trt()
+    fed = cache_calibrator(read_cache(GOLDEN / "cnn" / "int8-minmax.cache"), trt, "EntropyCalibration2")
+    one_to_8 = {"input": ((1, 3, 64, 64), (8, 3, 64, 64), (8, 3, 64, 64))}
+    built = build(CNN, BuildSpec(precisions=("int8",), profiles=(one_to_8,)), fed, trt, mem)
+    assert built.info["layer_summary"].get("int8", 0) > 0
+    engine = trt.Runtime(trt.Logger()).deserialize_cuda_engine(built.plan)
+    assert min(compat.engine_shape(engine, "input")) < 0  # a dynamic engine
+    bare = parse_layers(engine.create_engine_inspector().get_engine_information(trt.LayerInformationFormat.JSON))
+    assert {la["precision"] for la in bare} == {"?"}  # no formats: unknown, never FP32
+    assert [la["precision"] for la in engine_layers(trt, built.plan)] == [la["precision"] for la in built.layers]
+    ctx = engine.create_execution_context()  # a runner's context, its shape set, serves too
+    compat.set_input_shape(ctx, engine, "input", (2, 3, 64, 64))
+    assert [la["precision"] for la in inspector_layers(engine, trt, ctx)] == [la["precision"] for la in built.layers]
+
+
 def test_a_layer_kept_in_float_reads_float():
     """TensorRT 8.6 lets an INT8 layer write INT8 into a layer pinned to float, which then computes on quantized
     values (on an H100: 0.7 dB where the simulation of that layer in float said 49): the writer of every input of a

@@ -152,25 +152,32 @@ def build_engines(recipe: Recipe, model_path: Path, info, amax: dict, calib_sour
     return out
 
 
+def _known_without_int8(layers: list[dict]) -> bool:
+    """Whether an engine's layers give precisions ('?': unknown) and none of them is INT8."""
+    known = [la.get("precision") for la in layers if la.get("precision") not in (None, "?")]
+    return bool(known) and "int8" not in known
+
+
 def kept_in_float(layers: list[dict], nodes) -> tuple[tuple, str]:
-    """The quantizable nodes an engine ran in float, and what to say of those its layers do not name ('' where it
-    names all). An unnamed node (folded, or inside a layer TensorRT named otherwise) counts as INT8 beside INT8
-    layers (or where the engine lists no layers) and as float where it ran none: a level-1 YOLOv8n engine named 87 of its 108 Convs, all in FP32,
-    and calib had counted the other 21 as INT8."""
+    """The quantizable nodes an engine ran in float, and what to say of those its layers give no precision for ('' where
+    they give all). Such a node (folded, inside a layer TensorRT named otherwise, or in a layer without formats)
+    counts as INT8 beside INT8 layers or where no layer has a precision, and as float where layers have precisions
+    and none is INT8."""
     prec = node_precisions(layers, nodes)
-    fallback = "fp32" if layers and not any(la.get("precision") == "int8" for la in layers) else "int8"
+    fallback = "fp32" if _known_without_int8(layers) else "int8"
     kept = tuple(n for n in nodes if prec.get(n, fallback) != "int8")
-    unnamed = sum(1 for n in nodes if n not in prec)
-    return kept, f" ({unnamed} not named in its layers, counted as {fallback.upper()})" if unnamed else ""
+    unknown = sum(1 for n in nodes if n not in prec)
+    return kept, f" ({unknown} without a precision in its layers, counted as {fallback.upper()})" if unknown else ""
 
 
 def no_int8_note(built: Built, proto, implicit: bool) -> str | None:
-    """What to say of an INT8 engine that ran no layer in INT8 (None where it ran some): the engine's layer counts,
+    """What to say of an INT8 engine that ran no layer in INT8 (None where it ran some, or where its layers carry no
+    precision: an inspector that gave names only or no formats tells nothing either way): the engine's layer counts,
     and, for an implicit engine of a model with attention (a MatMul of two activations and a Softmax), that TensorRT
     8.6 gives attention to Myelin, which takes no implicit INT8 (MiniLM's engine: one Myelin layer in FP16)."""
-    if any(la.get("precision") == "int8" for la in built.layers):
+    if not _known_without_int8(built.layers):
         return None
-    counts = counts_text(built.info.get("layer_summary", {})) or "none listed"
+    counts = counts_text(built.info.get("layer_summary", {}))
     level = built.info.get("optimization_level")
     at = "" if level is None else f"; builder level {level}"
     text = f"TensorRT ran no layer in INT8 (engine layers: {counts}{at})"

@@ -84,6 +84,7 @@ class Budget:
 
     limit: int = 2 * GB
     name: str = "memory_budget"
+    outside: int = 0  # host memory a GPU runtime took (TensorRT, CUDA, their libraries and engines): not counted
 
     def samples(self, held: int, per_sample: int, what: str, hint: str = "") -> int:
         """How many samples one run may hold when `held` bytes are taken already and each sample costs
@@ -96,6 +97,8 @@ class Budget:
             need = held + per_sample
             raise BudgetError(f"{self.name} {size_text(self.limit)}: too small for one sample of {what}: one needs "
                               f"about {size_text(need)} ({size_text(held)} for the model, runtime and data in "
-                              f"flight, {size_text(per_sample)} for one sample's activations); raise {self.name}, "
+                              f"flight, {size_text(per_sample)} for one sample's activations"
+                              + (f"; {size_text(self.outside)} a GPU runtime holds besides, not counted"
+                                 if self.outside else "") + f"); raise {self.name}, "
                               + (f"use {hint}, " if hint else "") + "or make the input smaller")
         return max(1, room // max(1, per_sample))

@@ -104,6 +104,21 @@ def held_now() -> int:
     return (int(mb * MB) if mb is not None else 200 * MB) + (0 if warmup.loaded() else KERNELS)
 
 
+def held_within(budget: Budget) -> int:
+    """held_now() less what `budget` leaves outside (a GPU runtime's host memory: TensorRT 8.6 with CUDA and four
+    YOLOv8n engines held 8.9 GB on an H100 host, where the default budget is 2 GB)."""
+    return max(0, held_now() - budget.outside)
+
+
+def beside_runtime(budget: Budget, before: int, what: str) -> Budget:
+    """`budget` with what the process took since `before` (a held_now() taken before `what` was loaded) left
+    outside it: the budget bounds calib's own runs, not a GPU runtime's libraries."""
+    took = max(0, held_now() - before)
+    log.info("%s hold %s of host memory besides calib's own; %s (%s) bounds the rest", what, size_text(took),
+             budget.name, size_text(budget.limit))
+    return replace(budget, outside=budget.outside + took)
+
+
 def run_samples(budget: Budget, cost: Cost, per_sample: int, weights: int, input_bytes: int, batch: int,
                 what: str, fixed: int | None = None, sessions: int = 1, now: int | None = None,
                 hint: str = "", most: int | None = None) -> int:
@@ -131,7 +146,7 @@ def plan(budget: Budget, cost: Cost, per_sample: int, weights: int, input_bytes:
     """run_samples, with the estimated peak of the command (logged, with `extra` estimate for tools). `shared`:
     the bytes of another run that takes its tensors from the same arena as these runs, one at a time (an FP16+INT8
     row's): the arena holds the larger of it and these runs' activations, not both."""
-    now = held_now() if now is None else now
+    now = held_within(budget) if now is None else now
     held = fixed_bytes(cost, weights, input_bytes, batch, sessions, now, nodes)
     room = max(1, (budget.limit - held) // max(1, per_sample))
     run = fixed or max(1, min(room, batch, most or batch))
@@ -260,7 +275,7 @@ def evaluation_plan(model_path, info: ModelInfo, budget: Budget, batch_size: int
     dims = {k: v.shape for k, v in batch.items()} if batch is not None else None
     if dims is None and any(d is None for n, s, _ in info.inputs for d in info.layout.canonical_dims(n, s)[1:]):
         return None
-    now = held_now()  # before the model is loaded here: that copy is gone when the runs start
+    now = held_within(budget)  # before the model is loaded here: that copy is gone when the runs start
     proto = load_model(model_path)
     sizes = activation_sizes(proto, info, dims)
     if sizes is None:

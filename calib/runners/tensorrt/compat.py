@@ -200,6 +200,16 @@ def set_input_shape(context, engine, name: str, shape, profile: int = 0) -> None
                          f"profile {profile}")
 
 
+def inspect_through(inspector, context) -> bool:
+    """Point an engine inspector at an execution context (its concrete shapes and formats): `execution_context` on
+    10.x and 11.x, `context` as 8.x's documentation names it. False where neither exists."""
+    for attr in ("execution_context", "context"):
+        if hasattr(inspector, attr):
+            setattr(inspector, attr, context)
+            return True
+    return False
+
+
 def context_shape(context, engine, name: str, profile: int = 0) -> tuple[int, ...]:
     if has(context, "get_tensor_shape"):
         return tuple(context.get_tensor_shape(name))

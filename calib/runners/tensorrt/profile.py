@@ -44,7 +44,7 @@ def profile_layers(runner, batch: Mapping[str, np.ndarray], runs: int = 20, warm
             runner.cuda.sync(runner.stream)
     finally:
         compat.detach_profiler(runner.context)
-    info = {layer["name"]: layer for layer in inspector_layers(runner.engine, runner.trt)}
+    info = {layer["name"]: layer for layer in inspector_layers(runner.engine, runner.trt, runner.context)}
     rows = []
     for name, ms in prof.times.items():
         layer = info.get(name, {})
