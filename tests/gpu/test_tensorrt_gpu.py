@@ -138,6 +138,18 @@ def test_fp32_fp16_engines_match_onnxruntime_on_both_io_apis(cuda, data):
         assert 0 < lat["median_ms"] < 50
 
 
+def test_an_engine_with_a_batch_range_lists_its_int8_layers(cuda):
+    """TensorRT gives a shape-range engine's formats only through an execution context: read without one, calib
+    run's YOLOv8n engines (batch 1-8, H100) had listed every layer FP32. An INT8 engine of batch 1-8 must list
+    INT8 layers and no layer without a precision."""
+    fed = cache_calibrator(read_cache(GOLDEN / "cnn" / "int8-entropy2.cache"), trt)
+    ranged = build(CNN, BuildSpec(optimization_level=LEVEL, precisions=("int8",), profiles=(
+        {"input": ((1, 3, 64, 64), (8, 3, 64, 64), (8, 3, 64, 64))},)), fed, trt, cuda)
+    _keep("cnn-int8-range-layers.json", ranged.info)
+    assert ranged.info["layer_summary"].get("int8", 0) > 0 and "?" not in ranged.info["layer_summary"], \
+        ranged.info["layer_summary"]
+
+
 def test_layer_precisions_show_in_the_engine(cuda, data):
     fed = cache_calibrator(read_cache(GOLDEN / "cnn" / "int8-entropy2.cache"), trt)
     built = build(CNN, _spec(precisions=("int8",), layer_precisions=("op:Gemm=fp32", "conv1=fp16"),
