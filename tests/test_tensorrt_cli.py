@@ -203,33 +203,6 @@ output: out
                       "int8+fp16+tensorrt-minmax.timing"], timing
 
 
-def test_run_with_a_batch_range_reads_its_engines_int8_layers(tmp_path):
-    """recipes/yolov8n.yaml's profile runs batch 1-8. On an H100 its engines' inspector, read without an execution
-    context, gave no formats: calib said 'TensorRT ran no layer in INT8' and simulated them as float, where the same
-    model at a fixed batch ran 94 INT8 layers. The engines are now read through a context at the opt shape."""
-    data = np.load(GOLDEN / "cnn" / "cnn_calib.npy")
-    np.save(tmp_path / "calib.npy", data[:16])
-    np.save(tmp_path / "eval.npy", data[16:24])
-    (tmp_path / "r.yaml").write_text(f"""
-name: cnn_range
-model: {CNN}
-calibration_data: {{kind: npy, path: calib.npy}}
-evaluation_data: {{kind: npy, path: eval.npy}}
-preprocess: {{scale: 1.0, layout: NCHW}}
-calibration: {{algorithms: [minmax], batch_size: 8}}
-evaluation: {{task: outputs}}
-backend: {{kind: tensorrt, batch_size: 4, reference: [], trt_calibrator: null,
-          profiles: [{{input: {{min: [1, 3, 64, 64], opt: [8, 3, 64, 64], max: [8, 3, 64, 64]}}}}]}}
-output: out
-""")
-    r = calib_cli("run", tmp_path / "r.yaml")
-    assert r.returncode == 0, r.stderr
-    assert "ran no layer in INT8" not in r.stderr
-    t = json.loads((tmp_path / "out" / "report.json").read_text())["tensorrt"]
-    eng = t["engines"]["trt-int8-minmax"]
-    assert eng["layer_summary"].get("int8", 0) > 0 and "?" not in eng["layer_summary"], eng["layer_summary"]
-
-
 def test_sensitivity_with_tensorrt_backend_verifies_on_engines(tmp_path):
     """`calib sensitivity` with `backend: tensorrt`: the CPU search, then the same bisection on engines; the
     layer_precisions file holds the engine's answer, the report puts simulation and engine side by side."""
