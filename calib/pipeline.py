@@ -228,7 +228,6 @@ def _run(recipe: Recipe, stage: Path, final: Path | None = None) -> None:
     configs, exclude, engines, es, extra_precision = dict(amax), {}, {}, None, {}
     if trt_backend:
         from calib.deploy import jobs as trt_engines
-
         from calib.runners.budget import beside_runtime, held_now
 
         csrc_trt = make_source(recipe.calibration_data, recipe.preprocess, inputs, recipe.backend.batch_size, consts=consts)

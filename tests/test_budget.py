@@ -91,6 +91,13 @@ def test_the_histograms_are_counted_per_tensor():
     assert histogram_bytes(10, 0, nbins=1024) == 8 * 10 * (1024 + 2048)
 
 
+def _fresh_json(code: str):
+    """What `code`, run in a fresh interpreter, prints as JSON (its memory untouched by pytest's)."""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
 def test_the_compiled_kernels_are_counted_once():
     """Before the kernels load, what the process holds counts them (KERNELS); once the warm-up thread has loaded
     them, the RSS holds them and they are not counted again (a fresh interpreter: pytest has them loaded)."""
@@ -98,9 +105,7 @@ def test_the_compiled_kernels_are_counted_once():
             "from calib.stats import warmup\n"
             "before = budget.held_now() - rss_mb() * (1 << 20)\nwarmup.start()\n"
             "after = budget.held_now() - rss_mb() * (1 << 20)\nprint(json.dumps([before, after, warmup.loaded()]))\n")
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
-    before, after, loaded = json.loads(r.stdout)
+    before, after, loaded = _fresh_json(code)
     assert abs(before - KERNELS) < 5 * MB and abs(after) < 5 * MB and loaded, (before / MB, after / MB)
 
 
@@ -222,13 +227,12 @@ def test_a_gpu_runtimes_host_memory_is_left_outside_the_budget():
     code = ("import json\nimport numpy as np\nfrom calib.errors import BudgetError\nfrom calib.io.memory import GB, MB,"
             " Budget\nfrom calib.runners import budget\nfrom calib.stats import warmup\nwarmup.start()\n"
             "b = Budget(int(budget.held_now() + 400 * MB), 'memory_budget')\nbefore = budget.held_now()\n"
-            "runtime = np.ones(600 * MB, np.uint8)\nout = []\nfor bb in (b, budget.beside_runtime(b, before, 'X')):\n"
+            "runtime = np.ones(600 * MB, np.uint8)\nbeside = budget.beside_runtime(b, before, 'X')\nout = []\n"
+            "for bb in (b, beside):\n"
             "    try:\n        out.append(budget.run_samples(bb, budget.PASS, 10 * MB, MB, MB, 4, 'm'))\n"
             "    except BudgetError as e:\n        out.append(str(e))\n"
-            "out.append(budget.beside_runtime(b, before, 'X').outside / MB)\nprint(json.dumps(out))\n")
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
-    refused, fits, outside = json.loads(r.stdout)
+            "out.append(beside.outside / MB)\nprint(json.dumps(out))\n")
+    refused, fits, outside = _fresh_json(code)
     assert "memory_budget" in refused and "too small" in refused, refused
     assert isinstance(fits, int) and fits >= 4, fits
     assert 590 <= outside <= 640, outside

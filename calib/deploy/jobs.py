@@ -141,11 +141,11 @@ def build_engines(recipe: Recipe, model_path: Path, info, amax: dict, calib_sour
             out.caches[name] = cache_name
         algo = name[len("trt-int8-"):]
         if b.predict and name.startswith("trt-int8-") and algo in amax and not name.endswith(MARKED):
-            kept, unnamed = kept_in_float(built.layers, nodes)
+            kept, unknown = kept_in_float(built.layers, nodes)
             out.predict[f"{algo}@engine"] = (algo, Exclusions(names=kept))
             if built.layers:
                 out.precision[f"{algo}@engine"] = from_inspector(built.layers, proto, "implicit", name)
-            log.info("%s: TensorRT kept %d of %d quantizable layers in float%s", name, len(kept), len(nodes), unnamed)
+            log.info("%s: TensorRT kept %d of %d quantizable layers in float%s", name, len(kept), len(nodes), unknown)
     out.info = {"tensorrt": trt.__version__, "gpu": cuda.name(), "batch": b.batch_size,
                 "profiles": to_json(profiles),
                 "layer_precisions": list(rules), "engines": {}}

@@ -200,14 +200,13 @@ def set_input_shape(context, engine, name: str, shape, profile: int = 0) -> None
                          f"profile {profile}")
 
 
-def inspect_through(inspector, context) -> bool:
+def inspect_through(inspector, context) -> None:
     """Point an engine inspector at an execution context (its concrete shapes and formats): `execution_context` on
-    10.x and 11.x, `context` as 8.x's documentation names it. False where neither exists."""
+    10.x and 11.x, `context` as 8.x's documentation names it; neither: the inspector stays on the engine."""
     for attr in ("execution_context", "context"):
         if hasattr(inspector, attr):
             setattr(inspector, attr, context)
-            return True
-    return False
+            return
 
 
 def context_shape(context, engine, name: str, profile: int = 0) -> tuple[int, ...]:

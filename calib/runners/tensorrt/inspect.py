@@ -116,13 +116,13 @@ def inspector_layers(engine, trt, context=None) -> list[dict]:
     if engine is None or not hasattr(engine, "create_engine_inspector"):
         return []
     inspector = engine.create_engine_inspector()
-    own = _opt_context(engine, trt) if context is None else None
-    if context is not None or own is not None:
-        compat.inspect_through(inspector, context if context is not None else own)
+    context = context if context is not None else _opt_context(engine, trt)
+    if context is not None:
+        compat.inspect_through(inspector, context)
     try:
         return parse_layers(inspector.get_engine_information(trt.LayerInformationFormat.JSON))
     finally:
-        del inspector, own  # a context goes before its engine (TensorRT's order of destruction)
+        del inspector, context  # a context made here goes before its engine (TensorRT's order of destruction)
 
 
 def _opt_context(engine, trt):
