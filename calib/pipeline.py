@@ -115,9 +115,10 @@ def deployed_precision(model_path, deploy: str = "implicit", engine_layers: str 
 
     model = onnx.load(str(model_path), load_external_data=False)
     mode = "explicit" if deploy == "qdq" else "implicit"
+    rules = pr.implicit_rules(model) if mode == "implicit" else pr.explicit_rules(model)
     if not engine_layers:
-        return pr.implicit_rules(model) if mode == "implicit" else pr.explicit_rules(model)
-    pm = pr.from_inspector(pr.read_engine_layers(engine_layers), model, mode, Path(engine_layers).name)
+        return rules
+    pm = pr.from_inspector(pr.read_engine_layers(engine_layers), model, mode, Path(engine_layers).name, rules)
     q = quantizable_layers(model)
     missing = [n for n in q if n not in pm.nodes]  # a few folded away (a Flatten) are normal; most are not
     if len(missing) > len(q) // 2:

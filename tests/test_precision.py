@@ -398,3 +398,48 @@ def test_implicit_simulation_leaves_a_reshapes_shape_input_alone(caplog):
     assert _scales(sim) == {"x": [1.0], "c": [2.0], "r": [2.0]}  # each layer's data input; the shape never
     x = rng.normal(0, 0.5, (1, 3, 6, 6)).astype(np.float32)
     assert OrtRunner(sim).run({"x": x})["y"].shape == (1, 2, 4, 4)
+
+
+@pytest.mark.parametrize("layers,rules_right,merged_right", [
+    ("qdq-l3/yolov8n-l3-b4/layers.json", 228, 234), ("qdq-l3-yolov8n-b1/yolov8n-l3-b1/layers.json", 222, 228)])
+def test_an_engine_without_formats_is_its_kernels_and_the_rules(layers, rules_right, merged_right):
+    """An engine with a shape range on TensorRT 8.6 lists no formats: the kernels' names give the Convs' precisions,
+    the rules the rest. Made from YOLOv8n-320's H100 engines (level 3) by dropping their formats, that model is
+    right on more nodes (int8 or float) than the rules alone, the Convs as the engine ran them; without the rules
+    the 66 nodes of layers without a kernel name would count as float."""
+    from calib.runners.tensorrt.inspect import kernel_precision
+    from calib.zoo import fetch
+
+    model = onnx.load(str(fetch("yolov8n-320")), load_external_data=False)
+    real = json.loads((Y8_H100 / layers).read_text())["implicit"]
+    bare = [{**{k: v for k, v in la.items() if k != "int8_outputs"},
+             "precision": kernel_precision({"TacticName": la["tactic"]}) or "?"} for la in real]
+    assert sum(la["precision"] == "?" for la in bare) > len(bare) // 2  # the point-wise layers, reformats, copies
+    rules, actual = P.implicit_rules(model), P.from_inspector(real, model)
+    merged = P.from_inspector(bare, model, fallback=rules)
+    assert P.hit_rate(rules, actual)["int8_vs_float"] == rules_right
+    assert P.hit_rate(merged, actual)["int8_vs_float"] == merged_right and len(merged.nodes) == 239
+    convs = [n.name for n in model.graph.node if n.op_type == "Conv"]
+    assert {n: merged.nodes[n] for n in convs} == {n: actual.nodes[n] for n in convs}
+    assert merged.int8_tensors is None  # which tensors it stores in INT8: not known
+    assert merged.notes == ("the rules (implicit-INT8 rules, TensorRT 8.6) give the 64 nodes whose engine layers list "
+                            "no precision",)
+    assert len(P.from_inspector(bare, model).nodes) == 239 - 66
+
+
+def test_pinned_layers_are_float_in_the_rules_that_fill_in():
+    """The nodes a recipe pins to FP16/FP32 (backend.layer_precisions) stay float in the rules' prediction that fills
+    in an engine's layers without a precision (YOLOv8n's residual Adds are INT8 point-wise layers of their own, which
+    TensorRT 8.6 lists without formats or a kernel name); an INT8 pin or a TensorRT layer type pins nothing there."""
+    from calib.quantize.patterns import pinned_to_float
+    from calib.zoo import fetch
+
+    model = onnx.load(str(fetch("yolov8n-320")), load_external_data=False)
+    adds = [n.name for n in model.graph.node if n.op_type == "Add" and "/m." in n.name]
+    free = P.implicit_rules(model)
+    assert len(adds) == 6 and {free.nodes[a] for a in adds} == {"int8"}
+    one = P.implicit_rules(model, pinned_to_float([f"{adds[1]}=fp16", "op:Add=int8", "op:ELEMENTWISE=fp16"]))
+    assert [one.nodes[a] != "int8" for a in adds] == [False, True, False, False, False, False]
+    assert {n for n in free.nodes if free.nodes[n] != one.nodes[n]} == {adds[1]}
+    every = P.implicit_rules(model, pinned_to_float(["op:Add=fp32"]))
+    assert {every.nodes[a] for a in adds} == {"fp32"}

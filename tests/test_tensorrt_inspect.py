@@ -6,8 +6,9 @@ import json
 import pytest
 
 from calib.errors import CalibError
-from calib.runners.tensorrt.inspect import (check_layers, format_precision, layer_precision, node_precisions,
-                                            parse_layers, split_fused)
+from calib.runners.tensorrt.inspect import (check_layers, format_precision, kernel_precision, layer_precision,
+                                            node_precisions, parse_layers, split_fused)
+from conftest import ROOT
 
 # The shape of TensorRT 8.6's detailed layer information (IEngineInspector, LayerInformationFormat.JSON).
 INFO = {"Layers": [
@@ -106,3 +107,68 @@ def test_a_sidecars_int8_outputs_are_checked(tmp_path):
     assert check_layers(ok, "x.json") == ok
     with pytest.raises(CalibError, match="x.json: engine layer 0: 'int8_outputs' must be a list of tensor names"):
         check_layers([{"name": "a", "precision": "int8", "fused": ["a"], "int8_outputs": "t"}], "x.json")
+
+
+# The small CNN's INT8 engine for batch 1-8 as TensorRT 8.6.0's inspector wrote it on an H100, through an execution
+# context with batch 8 set: the end of the first layer and the start of the second (the rest was outside the excerpt)
+CONV0_END = {"Activation": "RELU", "HasBias": 1, "HasReLU": 1, "TacticName": "sm80_xmma_fprop_avdt_dense_chw_int8int8_"
+             "tilesize16x16_k32_fltsteps1_threadspercta256_r3s3_u1v1_scalebias_relu", "TacticValue": "0x9df3297bccc5c910",
+             "StreamId": 0, "Metadata": "[ONNX Layer: node_of_conv0]\u001e[ONNX Layer: node_of_relu0]"}
+CONV1 = {"Name": "node_of_conv1 + node_of_relu1", "LayerType": "CaskConvolution",
+         "Inputs": [{"Name": "relu0", "Location": "Device", "Dimensions": [-1, 16, 64, 64],
+                     "Format/Datatype": "N/A due to dynamic shapes"}],
+         "Outputs": [{"Name": "relu1", "Location": "Device", "Dimensions": [-1, 32, 32, 32],
+                      "Format/Datatype": "N/A due to dynamic shapes"}],
+         "ParameterType": "Convolution", "Kernel": [3, 3], "PaddingMode": "kEXPLICIT_ROUND_DOWN", "PrePadding": [1, 1],
+         "PostPadding": [1, 1], "Stride": [2, 2], "Dilation": [1, 1], "OutMaps": 32, "Groups": 1,
+         "Weights": {"Type": "Int8", "Count": 4608}}
+
+
+def test_an_engine_with_a_shape_range_reads_its_kernels():
+    """TensorRT 8.6 lists no formats for an engine with a shape range, through a context too: the precision is the
+    kernel's (its tactic's name, else its weights' type); a layer with neither is '?', never FP32; which tensors it
+    stores in INT8 is then not known (no int8_outputs)."""
+    assert kernel_precision(CONV0_END) == "int8"
+    (conv1,) = parse_layers({"Layers": [CONV1]})
+    assert conv1["precision"] == "int8" and conv1["fused"] == ["node_of_conv1", "node_of_relu1"]
+    assert "int8_outputs" not in conv1
+    pointwise = {"Name": "PWN(a, b)", "LayerType": "PointWiseV2", "TacticName": "",
+                 "Inputs": [{"Name": "x", "Format/Datatype": "N/A due to dynamic shapes"}],
+                 "Outputs": [{"Name": "y", "Format/Datatype": "N/A due to dynamic shapes"}]}
+    assert layer_precision(pointwise) == "?"
+    fp16_weights = {**CONV1, "Weights": {"Type": "Half", "Count": 4608}}
+    assert layer_precision(fp16_weights) == "fp16"
+    # a layer with formats keeps reading them, whatever its kernel's name says
+    assert layer_precision({**INFO["Layers"][2], "TacticName": "i8i8"}) == "fp16"
+
+
+def _recorded_layers():
+    """(tactic, precision from the formats) of every layer of the TensorRT 8.6 engines in benchmarks/trt86-*."""
+    found = []
+
+    def walk(o):
+        if isinstance(o, dict):
+            if isinstance(o.get("tactic"), str) and o.get("precision") in ("int8", "fp16", "fp32"):
+                found.append((o["tactic"], o["precision"]))
+                return
+            for v in o.values():
+                walk(v)
+        elif isinstance(o, list):
+            for v in o:
+                walk(v)
+
+    for path in sorted((ROOT / "benchmarks").glob("trt86-*/**/*.json")):
+        walk(json.loads(path.read_text()))
+    return found
+
+
+def test_kernel_names_agree_with_the_formats_of_real_engines():
+    """On every layer of the H100 and H200 engines committed under benchmarks/ (fixed shapes: formats given), the
+    kernel's name gives the precision the formats give, or none (an FP16 max pooling's name has no type)."""
+    rows = [(t, p) for t, p in _recorded_layers() if t]
+    assert len(rows) > 5000
+    read = [(kernel_precision({"TacticName": t}), p, t) for t, p in rows]
+    wrong = [(t, p, k) for k, p, t in read if k is not None and k != p]
+    assert not wrong, wrong[:5]
+    assert {p for k, p, _ in read if k is not None} == {"int8", "fp16", "fp32"}
+    assert sum(k is None for k, _, _ in read) < 0.01 * len(read)

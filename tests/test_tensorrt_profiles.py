@@ -263,9 +263,9 @@ backend:
 
 
 def test_recipe_run_builds_engines_with_the_profiles(tmp_path):
-    """The engines are built for the recipe's batch range and read through an execution context: on an H100,
-    recipes/yolov8n.yaml's engines (batch 1-8) read without one gave no formats, and calib said 'TensorRT ran no
-    layer in INT8' where the same model at a fixed batch ran 94 INT8 layers."""
+    """The engines are built for the recipe's batch range, whose tensors TensorRT 8.6 lists without formats: on an
+    H100, calib read recipes/yolov8n.yaml's engines (batch 1-8) as FP32 and said 'TensorRT ran no layer in INT8'
+    where the same model at a fixed batch ran 94 INT8 layers. The kernels' names give the Convs' and the Gemm's."""
     data = np.load(GOLDEN / "cnn" / "cnn_calib.npy")
     np.save(tmp_path / "calib.npy", data[:24])
     np.save(tmp_path / "eval.npy", data[24:40])
@@ -290,7 +290,12 @@ output: out
     t = json.loads((tmp_path / "out" / "report.json").read_text())["tensorrt"]
     assert t["profiles"] == [{"input": {"min": [1, 3, 64, 64], "opt": [4, 3, 64, 64], "max": [16, 3, 64, 64]}}]
     summary = t["engines"]["trt-int8-minmax"]["layer_summary"]
-    assert summary.get("int8", 0) > 0 and "?" not in summary and "ran no layer in INT8" not in r.stderr, summary
+    assert summary.get("int8") == 4 and "fp32" not in summary and "ran no layer in INT8" not in r.stderr, summary
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    pm = report["evaluation"]["configs"]["minmax@engine"]["precision_model"]  # the engine as the CPU simulates it
+    assert pm["source"] == "inspector" and pm["counts"] == {"int8": 9}, pm  # the ReLUs and Flatten: the rules'
+    assert pm["notes"] == ["the rules (implicit-INT8 rules, TensorRT 8.6) give the 5 nodes whose engine layers list "
+                           "no precision"], pm
     assert t["engines"]["trt-int8-tensorrt-minmax"]["calibrator"]["batches"] == 6  # 24 samples at opt batch 4
     assert t["engines"]["trt-int8-minmax"]["latency"]["batch"] == 16  # evaluated and timed on profile 0
     best = tmp_path / "out" / f"cnn.{t['best_engine'][len('trt-int8-'):]}.engine"

@@ -223,27 +223,34 @@ def test_layer_precisions_by_op_type_name_and_regex(cnn_data):
         parse_layer_precisions(["op:Gemm=int4"])
 
 
-def test_a_dynamic_engine_is_inspected_through_a_context_at_its_opt_shape():
-    """TensorRT gives a dynamic-shape engine's tensor formats only to an inspector with an execution context whose
-    input shapes are set. Without one, the H100 YOLOv8n engines of `calib run` (batch 1-8) listed 190 layers with no
-    format and calib had read them as FP32: 'no layer in INT8', where the same model at a fixed batch ran 94 INT8
-    layers; `calib build` at batch 4-4 listed its formats. Here the CNN is built for batch 1-8."""
+def test_a_dynamic_engine_reads_its_precisions_from_its_kernels():
+    """TensorRT 8.6 lists every tensor of an engine with a shape range as 'N/A due to dynamic shapes', through an
+    execution context too (an H100). Read as FP32, the YOLOv8n engines of `calib run` (batch 1-8) had said 'no
+    layer in INT8', where the same model at batch 4-4 listed 94 INT8 layers. Here the CNN is built for batch 1-8
+    and for batch 8-8: the layers with a kernel name read the precision the fixed engine's formats give, the others
+    read '?', none reads FP32, and which tensors are stored in INT8 stays unknown."""
     from calib.runners.tensorrt.builder import engine_layers
-    from calib.runners.tensorrt.inspect import inspector_layers, parse_layers
+    from calib.runners.tensorrt.inspect import inspector_layers
 
     trt, mem = _trt()
-    fed = cache_calibrator(read_cache(GOLDEN / "cnn" / "int8-minmax.cache"), trt, "EntropyCalibration2")
+    fed = lambda: cache_calibrator(read_cache(GOLDEN / "cnn" / "int8-minmax.cache"), trt, "EntropyCalibration2")
     one_to_8 = {"input": ((1, 3, 64, 64), (8, 3, 64, 64), (8, 3, 64, 64))}
-    built = build(CNN, BuildSpec(precisions=("int8",), profiles=(one_to_8,)), fed, trt, mem)
-    assert built.info["layer_summary"].get("int8", 0) > 0
-    engine = trt.Runtime(trt.Logger()).deserialize_cuda_engine(built.plan)
+    ranged = build(CNN, BuildSpec(precisions=("int8",), profiles=(one_to_8,)), fed(), trt, mem)
+    fixed = build(CNN, BuildSpec(precisions=("int8",), batch_size=8), fed(), trt, mem)
+    engine = trt.Runtime(trt.Logger()).deserialize_cuda_engine(ranged.plan)
     assert min(compat.engine_shape(engine, "input")) < 0  # a dynamic engine
-    bare = parse_layers(engine.create_engine_inspector().get_engine_information(trt.LayerInformationFormat.JSON))
-    assert {la["precision"] for la in bare} == {"?"}  # no formats: unknown, never FP32
-    assert [la["precision"] for la in engine_layers(trt, built.plan)] == [la["precision"] for la in built.layers]
-    ctx = engine.create_execution_context()  # a runner's context, its shape set, serves too
+    truth = {la["name"]: la["precision"] for la in fixed.layers}
+    assert "?" not in truth.values() and all("int8_outputs" in la for la in fixed.layers)
+    read = {la["name"]: la["precision"] for la in ranged.layers}
+    kernels = {la["name"] for la in ranged.layers if la["tactic"]}
+    assert kernels and {n: read[n] for n in kernels} == {n: truth[n] for n in kernels}
+    assert {read[n] for n in read if n not in kernels} == {"?"}  # a ReLU or Flatten: no kernel name, no format
+    assert ranged.info["layer_summary"]["int8"] == len(kernels)
+    assert not any("int8_outputs" in la for la in ranged.layers)
+    assert engine_layers(trt, ranged.plan) == ranged.layers
+    ctx = engine.create_execution_context()  # a runner's context, its shape set, changes nothing on TensorRT 8.6
     compat.set_input_shape(ctx, engine, "input", (2, 3, 64, 64))
-    assert [la["precision"] for la in inspector_layers(engine, trt, ctx)] == [la["precision"] for la in built.layers]
+    assert inspector_layers(engine, trt, ctx) == ranged.layers
 
 
 def test_a_layer_kept_in_float_reads_float():

@@ -9,9 +9,10 @@ from pathlib import Path
 
 import numpy as np
 
-from calib.deploy.precision import from_inspector
+from calib.deploy.precision import from_inspector, implicit_rules
 from calib.errors import RecipeError
 from calib.io.files import atomic_write_text
+from calib.quantize.patterns import pinned_to_float
 from calib.quantize.qdq import Exclusions, quantizable_layers
 from calib.quantize.ties import Graph
 from calib.recipe import Recipe
@@ -127,6 +128,7 @@ def build_engines(recipe: Recipe, model_path: Path, info, amax: dict, calib_sour
     out.files = [p.name for p in qdq_files.values()]
     proto = _onnx(model_path)
     nodes = quantizable_layers(proto)
+    predicted = implicit_rules(proto, pinned_to_float(rules))  # nodes of engine layers that list no precision
     for name, spec, make, cache_name in jobs:
         log.info("building %s", name)
         built: Built = build(qdq_files.get(name, model_path), spec, make(), trt, cuda)
@@ -144,7 +146,7 @@ def build_engines(recipe: Recipe, model_path: Path, info, amax: dict, calib_sour
             kept, unknown = kept_in_float(built.layers, nodes)
             out.predict[f"{algo}@engine"] = (algo, Exclusions(names=kept))
             if built.layers:
-                out.precision[f"{algo}@engine"] = from_inspector(built.layers, proto, "implicit", name)
+                out.precision[f"{algo}@engine"] = from_inspector(built.layers, proto, "implicit", name, predicted)
             log.info("%s: TensorRT kept %d of %d quantizable layers in float%s", name, len(kept), len(nodes), unknown)
     out.info = {"tensorrt": trt.__version__, "gpu": cuda.name(), "batch": b.batch_size,
                 "profiles": to_json(profiles),

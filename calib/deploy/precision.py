@@ -72,11 +72,15 @@ class PrecisionModel:
         how = "the engine inspector" if self.source == "inspector" else "rules checked against TensorRT 8.6 engines"
         what = "implicit INT8 (calibration cache, int8 + fp16)" if self.mode == "implicit" else \
             "explicit quantization (Q/DQ model)"
-        return f"{what}, precisions from {how}{' (' + self.detail + ')' if self.detail else ''}: ONNX nodes {c}"
+        notes = "".join(f"; {n}" for n in self.notes)
+        return f"{what}, precisions from {how}{' (' + self.detail + ')' if self.detail else ''}: ONNX nodes {c}{notes}"
 
     def to_json(self) -> dict:
-        return {"mode": self.mode, "source": self.source, "detail": self.detail, "counts": self.counts(),
-                "float_nodes": sorted(n for n, p in self.nodes.items() if p != INT8)}
+        out = {"mode": self.mode, "source": self.source, "detail": self.detail, "counts": self.counts(),
+               "float_nodes": sorted(n for n, p in self.nodes.items() if p != INT8)}
+        if self.notes:
+            out["notes"] = list(self.notes)
+        return out
 
 
 def _first_layer(g: Graph, model: onnx.ModelProto, i: int) -> bool:
@@ -284,14 +288,25 @@ def read_engine_layers(path: str | Path) -> list[dict]:
 
 
 def from_inspector(layers: list[dict], model: onnx.ModelProto, mode: str = "implicit",
-                   detail: str = "") -> PrecisionModel:
+                   detail: str = "", fallback: PrecisionModel | None = None) -> PrecisionModel:
     """What an engine ran, per ONNX node, from its inspector layers ({name, precision, fused} each, and
-    int8_outputs where the inspector gave the tensors' formats: then the tensors it stores in INT8 are known)."""
+    int8_outputs where the inspector gave the tensors' formats: then the tensors it stores in INT8 are known).
+
+    `fallback` (the rules' prediction): the precision of a node whose engine layer gives none ('?': TensorRT 8.6
+    lists no formats for an engine with a shape range, and a pointwise layer has no kernel name to read instead);
+    without it such a node counts as float, as a node TensorRT folded away does."""
     from calib.runners.tensorrt.inspect import node_precisions
 
     names = [node_name(n) for n in model.graph.node if n.op_type not in SKIP]
     known = set(names)
     prec = node_precisions(layers, names)
+    guessed = 0
+    if fallback is not None:
+        for layer in layers:
+            for part in _parts(layer, known):
+                if layer["precision"] == "?" and part not in prec and part in fallback.nodes:
+                    prec[part] = fallback.nodes[part]
+                    guessed += 1
     g = Graph.of(model)
     for node in g.nodes:  # a Concat TensorRT removed by copying its inputs into its output ('<input> copy' layers):
         # INT8 when what it joins is (its inputs rounded with their own scales, then copied at the Concat's)
@@ -301,8 +316,7 @@ def from_inspector(layers: list[dict], model: onnx.ModelProto, mode: str = "impl
                 prec[node_name(node)] = INT8
     groups = []
     for layer in layers:
-        parts = [p[len("node_of_"):] if p not in known and p.startswith("node_of_") else p for p in layer["fused"]]
-        parts = [p for p in parts if p in known]
+        parts = _parts(layer, known)
         if parts:
             groups.append(tuple(dict.fromkeys(parts)))
     grouped = {n for grp in groups for n in grp}
@@ -311,7 +325,15 @@ def from_inspector(layers: list[dict], model: onnx.ModelProto, mode: str = "impl
     if layers and all("int8_outputs" in layer for layer in layers):
         tensors = {t for node in model.graph.node for t in node.output}
         stored = frozenset(t for layer in layers for t in layer["int8_outputs"] if t in tensors)
-    return PrecisionModel(mode, "inspector", prec, tuple(groups), detail, int8_tensors=stored)
+    notes = (f"the rules ({fallback.detail}) give the {guessed} nodes whose engine layers list no precision",) \
+        if guessed else ()
+    return PrecisionModel(mode, "inspector", prec, tuple(groups), detail, notes=notes, int8_tensors=stored)
+
+
+def _parts(layer: dict, known: set) -> list[str]:
+    """The ONNX nodes (of `known`) an engine layer holds ('node_of_<name>': TensorRT's name for an unnamed node)."""
+    parts = [p[len("node_of_"):] if p not in known and p.startswith("node_of_") else p for p in layer["fused"]]
+    return [p for p in parts if p in known]
 
 
 def hit_rate(predicted: PrecisionModel, actual: PrecisionModel, nodes=None) -> dict:

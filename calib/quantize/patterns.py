@@ -105,19 +105,35 @@ def excluded_layers(model: onnx.ModelProto, exclude) -> list[str]:
 def layer_pattern_matches(model: onnx.ModelProto, pattern: str) -> int | None:
     """How many nodes of `model` a --layer-precision PATTERN names (None: a TensorRT layer type, which only the
     builder can check)."""
-    nodes = _nodes(model)
+    match = _layer_matcher(pattern)
+    return None if match is None else sum(1 for n in _nodes(model) if match(n))
+
+
+def _layer_matcher(pattern: str):
+    """node -> whether a --layer-precision PATTERN names it (None: a TensorRT layer type, no ONNX node's)."""
     if pattern.startswith("op:"):
         want = pattern[3:]
         if want in TRT_LAYER_TYPES:  # written as TensorRT writes them (op:Softmax is the ONNX op type)
             return None
-        return sum(1 for n in nodes if n.op_type == want)
+        return lambda n: n.op_type == want
     if pattern.startswith("re:"):
         try:
             rx = re.compile(pattern[3:])
         except re.error as exc:
             raise CalibError(f"layer precision pattern '{pattern}': not a regular expression ({exc})") from None
-        return sum(1 for n in nodes if any(rx.search(k) for k in _keys(n)))
-    return sum(1 for n in nodes if any(fnmatch.fnmatchcase(k, pattern) for k in _keys(n)))
+        return lambda n: any(rx.search(k) for k in _keys(n))
+    return lambda n: any(fnmatch.fnmatchcase(k, pattern) for k in _keys(n))
+
+
+def pinned_to_float(rules: Iterable[str]):
+    """node -> whether a PATTERN=fp16|fp32 rule (checked already: check_layer_precisions) asks it in float."""
+    matchers = []
+    for item in rules:
+        pattern, _, prec = str(item).rpartition("=")
+        match = _layer_matcher(pattern.strip())
+        if match is not None and prec.strip().lower() in ("fp16", "fp32"):
+            matchers.append(match)
+    return lambda node: any(m(node) for m in matchers)
 
 
 def check_layer_precisions(model: onnx.ModelProto, rules: Iterable[str], label: str,

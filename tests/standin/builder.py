@@ -299,7 +299,7 @@ class _Builder:
                            "Inputs": [{"Name": "x", "Format/Datatype": f"Row major linear {prec} format"}],
                            "Outputs": [{"Name": o.name, "Format/Datatype": f"Row major linear {p} format"}
                                        for o, p in zip(layer._outputs, outs)],
-                           "TacticName": "standin"})
+                           "TacticName": _tactic(tname, prec)})
         # As TensorRT 8.6 does (measured on an H100): an INT8 layer writes INT8 unless its output type says
         # otherwise, also into a layer pinned to float, which then reads the quantized values
         written = {o["Name"] for la in layers for o in la["Outputs"] if "Int8" in o["Format/Datatype"]}
@@ -342,6 +342,19 @@ class _Builder:
 
 
 _FORMAT = {DataType.FLOAT: "FP32", DataType.HALF: "FP16", DataType.INT8: "Int8"}
+_KERNEL_TYPES = {"Int8": "i8i8_i8i32_f32", "FP16": "f16f16_f16f16_f16", "FP32": "f32f32_f32f32_f32"}
+
+
+def _tactic(layer_type: str, prec: str) -> str:
+    """A kernel name as TensorRT 8.6 writes a convolution's, matrix multiply's or pooling's (the types in it, except
+    an FP16 max pooling's, as on an H100); other layers (pointwise, shuffle, reformat) have none."""
+    if layer_type == "POOLING":
+        return {"Int8": "sm72_xmma_pooling_IMMA_NCxHW32_generic_kMAX",
+                "FP16": "sm50_xmma_pooling_coalescedC_NHWC_kMAX_2_False",
+                "FP32": "sm50_xmma_pooling_tiled_FP32NCHW_kAVERAGE"}[prec]
+    if layer_type not in ("CONVOLUTION", "MATRIX_MULTIPLY", "FULLY_CONNECTED"):
+        return ""
+    return f"sm90_xmma_fprop_implicit_gemm_{_KERNEL_TYPES[prec]}_standin"
 
 
 def parse_cache(blob: bytes) -> dict:

@@ -142,9 +142,9 @@ class _Engine:
 
 
 class _Inspector:
-    """TensorRT's engine inspector: the tensor formats of an engine with a shape range (a profile whose min and max
-    differ) only through an execution context whose input shapes are all set; without one its layers list tensors
-    with no format (TensorRT 8.6 on an H100: batch 1-8 gave none, batch 4-4 gave them)."""
+    """TensorRT 8.6's engine inspector: for an engine with a shape range (a profile whose min and max differ) every
+    tensor's format is 'N/A due to dynamic shapes', with an execution context set or not (an H100: batch 1-8 gave
+    none, through a context too; batch 4-4 gave them)."""
 
     def __init__(self, engine):
         self._e = engine
@@ -152,10 +152,8 @@ class _Inspector:
 
     def get_engine_information(self, format):
         layers = self._e._plan["layers"]
-        dynamic = any(tuple(r[0]) != tuple(r[2]) for prof in self._e._profiles for r in prof.values())
-        ctx = self.execution_context
-        if dynamic and (ctx is None or any(d < 0 for s in ctx._shapes.values() for d in s)):
-            layers = [{**la, **{k: [{n: v for n, v in t.items() if n != "Format/Datatype"} for t in la[k]]
+        if any(tuple(r[0]) != tuple(r[2]) for prof in self._e._profiles for r in prof.values()):
+            layers = [{**la, **{k: [{**t, "Format/Datatype": "N/A due to dynamic shapes"} for t in la[k]]
                                 for k in ("Inputs", "Outputs") if k in la}} for la in layers]
         return json.dumps({"Layers": layers})
 

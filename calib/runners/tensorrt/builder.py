@@ -417,8 +417,9 @@ def build(model_path, spec: BuildSpec = BuildSpec(), calibrator=None, trt=None, 
             "profiles": shape_profiles.to_json(profs), "marked_outputs": marked,
             "build_seconds": round(secs, 2), "calibrator": _calibrator_info(calibrator),
             "layer_summary": summary(layers), "layers": layers}
-    log.info("built %s engine in %.1f s (%s)", "+".join(precisions), secs,
-             counts_text(info["layer_summary"]))
+    unknown = "; '?': the inspector gave no format and the kernel names no type" if "?" in info["layer_summary"] else ""
+    log.info("built %s engine in %.1f s (%s%s)", "+".join(precisions), secs, counts_text(info["layer_summary"]),
+             unknown)
     return Built(plan, secs, layers, info)
 
 
