@@ -7,11 +7,13 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from calib.errors import CalibError
-from calib.quantize.cache import format_cache, parse_cache
+from calib.errors import CacheError, CalibError
+from calib.quantize.cache import LINE_BREAKS, format_cache, parse_cache
 from calib.recipe import load_recipe
 
-names = st.text(st.characters(blacklist_categories=("Cc", "Cs"), blacklist_characters="\n\r"), min_size=1,
+# tensor names a cache line can hold: no line break of any kind (U+2028 too: str.splitlines() breaks on it, and
+# format_cache refuses such a name, tested below)
+names = st.text(st.characters(blacklist_categories=("Cc", "Cs"), blacklist_characters=LINE_BREAKS), min_size=1,
                 max_size=30).filter(lambda s: s.strip() == s and not s.endswith(":"))
 
 
@@ -37,6 +39,17 @@ def test_cache_round_trip(amax):
         assert c.scales[k] == want
         assert c.scales[k] == struct.unpack(">f", struct.pack(">f", v / 127.0))[0] or v < 1.5e-36 or \
             math.isclose(c.scales[k], v / 127, rel_tol=1e-6)
+
+
+@settings(max_examples=200, deadline=None)
+@given(names, st.sampled_from(LINE_BREAKS), names)
+def test_a_name_with_a_line_break_is_refused(head, brk, tail):
+    try:
+        format_cache({head + brk + tail: 1.0})
+    except CacheError as exc:
+        assert f"U+{ord(brk):04X}" in str(exc)
+    else:
+        raise AssertionError(f"a tensor name holding U+{ord(brk):04X} was written into a cache")
 
 
 values = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(max_size=20),
