@@ -128,7 +128,8 @@ def build_engines(recipe: Recipe, model_path: Path, info, amax: dict, calib_sour
     out.files = [p.name for p in qdq_files.values()]
     proto = _onnx(model_path)
     nodes = quantizable_layers(proto)
-    predicted = implicit_rules(proto, pinned_to_float(rules))  # nodes of engine layers that list no precision
+    # the precisions of the nodes of engine layers that list none, for the @engine simulations
+    predicted = implicit_rules(proto, pinned_to_float(rules)) if b.predict else None
     for name, spec, make, cache_name in jobs:
         log.info("building %s", name)
         built: Built = build(qdq_files.get(name, model_path), spec, make(), trt, cuda)

@@ -295,15 +295,16 @@ def from_inspector(layers: list[dict], model: onnx.ModelProto, mode: str = "impl
     `fallback` (the rules' prediction): the precision of a node whose engine layer gives none ('?': TensorRT 8.6
     lists no formats for an engine with a shape range, and a pointwise layer has no kernel name to read instead);
     without it such a node counts as float, as a node TensorRT folded away does."""
-    from calib.runners.tensorrt.inspect import node_precisions
+    from calib.runners.tensorrt.inspect import layer_nodes, node_precisions
 
     names = [node_name(n) for n in model.graph.node if n.op_type not in SKIP]
     known = set(names)
     prec = node_precisions(layers, names)
+    held = [(layer, layer_nodes(layer, known)) for layer in layers]
     guessed = 0
     if fallback is not None:
-        for layer in layers:
-            for part in _parts(layer, known):
+        for layer, parts in held:
+            for part in parts:
                 if layer["precision"] == "?" and part not in prec and part in fallback.nodes:
                     prec[part] = fallback.nodes[part]
                     guessed += 1
@@ -314,11 +315,7 @@ def from_inspector(layers: list[dict], model: onnx.ModelProto, mode: str = "impl
             made = [g.producer.get(t) for t in node.input if t and t not in g.constants]
             if made and all(i is not None and prec.get(node_name(g.nodes[i])) == INT8 for i in made):
                 prec[node_name(node)] = INT8
-    groups = []
-    for layer in layers:
-        parts = _parts(layer, known)
-        if parts:
-            groups.append(tuple(dict.fromkeys(parts)))
+    groups = [tuple(dict.fromkeys(parts)) for _, parts in held if parts]
     grouped = {n for grp in groups for n in grp}
     groups += [(n,) for n in prec if n not in grouped]
     stored = None
@@ -328,12 +325,6 @@ def from_inspector(layers: list[dict], model: onnx.ModelProto, mode: str = "impl
     notes = (f"the rules ({fallback.detail}) give the {guessed} nodes whose engine layers list no precision",) \
         if guessed else ()
     return PrecisionModel(mode, "inspector", prec, tuple(groups), detail, notes=notes, int8_tensors=stored)
-
-
-def _parts(layer: dict, known: set) -> list[str]:
-    """The ONNX nodes (of `known`) an engine layer holds ('node_of_<name>': TensorRT's name for an unnamed node)."""
-    parts = [p[len("node_of_"):] if p not in known and p.startswith("node_of_") else p for p in layer["fused"]]
-    return [p for p in parts if p in known]
 
 
 def hit_rate(predicted: PrecisionModel, actual: PrecisionModel, nodes=None) -> dict:

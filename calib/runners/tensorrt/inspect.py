@@ -135,42 +135,20 @@ def parse_layers(info: str | dict | list, where: str = "engine inspector") -> li
 
 
 def inspector_layers(engine, trt, context=None) -> list[dict]:
-    """parse_layers of a deserialized engine's inspector (empty where the TensorRT version has none).
+    """parse_layers of a deserialized engine's inspector (empty where the TensorRT version has none); `context`: an
+    execution context with its input shapes set (a runner's), which the inspector is pointed at, as TensorRT's
+    documentation of IEngineInspector asks for concrete shapes.
 
-    An engine with a shape range gets an execution context with its input shapes set (`context`: one with its shapes
-    set, a runner's; where None, one at its first optimization profile's opt shapes), as TensorRT's documentation of
-    IEngineInspector asks for concrete shapes. TensorRT 8.6 lists such an engine's tensors without formats all the
-    same ('N/A due to dynamic shapes', through a context too: an H100); the layers' precisions then come from
-    their kernels (kernel_precision) or stay '?'. Read as FP32, YOLOv8n's INT8 engines (batch 1-8) had been
+    TensorRT 8.6 lists the tensors of an engine with a shape range without formats ('N/A due to dynamic shapes'),
+    through a context too (an H100), so none is made for the inspection alone; the layers' precisions then come
+    from their kernels (kernel_precision) or stay '?'. Read as FP32, YOLOv8n's INT8 engines (batch 1-8) had been
     'all FP32'."""
     if engine is None or not hasattr(engine, "create_engine_inspector"):
         return []
     inspector = engine.create_engine_inspector()
-    context = context if context is not None else _opt_context(engine, trt)
     if context is not None:
         compat.inspect_through(inspector, context)
-    try:
-        return parse_layers(inspector.get_engine_information(trt.LayerInformationFormat.JSON))
-    finally:
-        del inspector, context  # a context made here goes before its engine (TensorRT's order of destruction)
-
-
-def _opt_context(engine, trt):
-    """An execution context of a dynamic-shape engine with every input at profile 0's opt shape; None for a static
-    engine, or where TensorRT gives none (the layers then carry no formats and read as '?', never as FP32)."""
-    inputs = [n for n, is_input in compat.io_tensors(trt, engine) if is_input]
-    dynamic = [n for n in inputs if any(d < 0 for d in compat.engine_shape(engine, n))]
-    if not dynamic:
-        return None
-    try:
-        context = engine.create_execution_context()
-        if context is None:
-            return None
-        for name in dynamic:
-            compat.set_input_shape(context, engine, name, compat.profile_shape(engine, name, 0)[1])
-    except (CalibError, RuntimeError, TypeError, ValueError):
-        return None
-    return context
+    return parse_layers(inspector.get_engine_information(trt.LayerInformationFormat.JSON))
 
 
 def split_fused(name: str) -> list[str]:
@@ -210,18 +188,24 @@ def _split_top(text: str) -> list[str]:
     return res
 
 
+def layer_nodes(layer: dict, known) -> list[str]:
+    """The ONNX nodes (of the set `known`) an engine layer holds ('node_of_<name>': TensorRT's name for an unnamed
+    ONNX node)."""
+    parts = [p[len("node_of_"):] if p not in known and p.startswith("node_of_") else p for p in layer["fused"]]
+    return [p for p in parts if p in known]
+
+
 def node_precisions(layers: list[dict], node_names) -> dict:
     """ONNX node name -> the precision of the engine layer that holds it (nodes TensorRT folded away are absent)."""
     known = set(node_names)
     out = {}
     for layer in layers:
-        for part in layer["fused"]:
-            if part not in known and part.startswith("node_of_"):  # TensorRT's name for an unnamed ONNX node
-                part = part[len("node_of_"):]
-            if part in known and layer["precision"] != "?":
-                prev = out.get(part)
-                if prev is None or _ORDER[layer["precision"]] < _ORDER[prev]:
-                    out[part] = layer["precision"]
+        if layer["precision"] == "?":
+            continue
+        for part in layer_nodes(layer, known):
+            prev = out.get(part)
+            if prev is None or _ORDER[layer["precision"]] < _ORDER[prev]:
+                out[part] = layer["precision"]
     return out
 
 
